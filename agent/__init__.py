@@ -1,0 +1,4 @@
+"""TD-MPC2 in pure PyTorch: config, networks, planner, buffer, update and environments.
+
+Imports nothing from workers/ or viewer/.
+"""

@@ -1,0 +1,137 @@
+"""Replay buffer of whole episodes, sampled as slices of horizon+1 steps within one episode.
+
+Storage is one ring of rows, like the reference: row i holds obs_i and the action and reward that
+led to it (NaN in an episode's first row). A slice starting at row s is valid when rows s..s+H
+belong to the same episode. Tensors live on the agent's device when they fit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agent.errors import WeightsError
+
+FORMAT = "tdmpc2-live/buffer/1"
+
+
+class EpisodeBuffer:
+    def __init__(
+        self,
+        capacity: int,
+        obs_dim: int,
+        action_dim: int,
+        horizon: int,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ):
+        self.capacity, self.horizon, self.batch_size = capacity, horizon, batch_size
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.device = torch.device(device)
+        self.obs = torch.zeros(capacity, obs_dim, device=self.device)
+        self.action = torch.zeros(capacity, action_dim, device=self.device)
+        self.reward = torch.zeros(capacity, 1, device=self.device)
+        self.terminated = torch.zeros(capacity, 1, device=self.device)
+        # Episode id of each row; -1 marks an empty row.
+        self.episode = torch.full((capacity,), -1, dtype=torch.long, device=self.device)
+        self.next_row = 0
+        self.num_episodes = 0
+        self.num_transitions = 0
+        self._valid_starts = torch.zeros(0, dtype=torch.long, device=self.device)
+        self._gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    def __len__(self) -> int:
+        """Transitions currently stored."""
+        return self.num_transitions
+
+    def add_episode(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        terminated: bool = False,
+    ) -> None:
+        """Store one episode: obs (T+1, D), action (T, A), reward (T,) or (T, 1)."""
+        steps = action.shape[0]
+        if obs.shape != (steps + 1, self.obs_dim) or action.shape[1] != self.action_dim:
+            raise ValueError(
+                f"episode shapes obs {tuple(obs.shape)} action {tuple(action.shape)} do not fit"
+            )
+        if steps + 1 > self.capacity:
+            raise ValueError(f"an episode of {steps} steps does not fit a buffer of {self.capacity}")
+        rows = (self.next_row + torch.arange(steps + 1, device=self.device)) % self.capacity
+        nan = torch.full((1, 1), float("nan"), device=self.device)
+        self.obs[rows] = obs.to(self.device, torch.float32)
+        self.action[rows] = torch.cat([nan.expand(1, self.action_dim), action.to(self.device)])
+        self.reward[rows] = torch.cat([nan, reward.to(self.device).view(-1, 1).float()])
+        term = torch.zeros(steps + 1, 1, device=self.device)
+        term[-1] = float(terminated)
+        self.terminated[rows] = term
+        self.episode[rows] = self.num_episodes
+        self.next_row = int(rows[-1] + 1) % self.capacity
+        self.num_episodes += 1
+        # Each stored episode (or surviving tail of an overwritten one) has one row without a
+        # transition into it.
+        filled = self.episode[self.episode >= 0]
+        self.num_transitions = filled.numel() - filled.unique().numel()
+        self._valid_starts = self._compute_valid_starts()
+
+    def _compute_valid_starts(self) -> torch.Tensor:
+        idx = torch.arange(self.capacity, device=self.device)
+        end = (idx + self.horizon) % self.capacity
+        # Episodes occupy contiguous rows of the ring, so equal ids at both ends of a slice mean
+        # the whole slice lies in one episode.
+        same = (self.episode[idx] == self.episode[end]) & (self.episode[idx] >= 0)
+        return idx[same]
+
+    def can_sample(self) -> bool:
+        return self._valid_starts.numel() > 0
+
+    def sample(self, batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
+        """(obs (H+1,B,D), action (H,B,A), reward (H,B,1), terminated (H,B,1))."""
+        if not self.can_sample():
+            raise RuntimeError("the buffer holds no episode long enough to sample a slice")
+        b = batch_size or self.batch_size
+        pick = torch.randint(
+            self._valid_starts.numel(), (b,), device=self.device, generator=self._gen
+        )
+        starts = self._valid_starts[pick]
+        rows = (starts.unsqueeze(0) + torch.arange(self.horizon + 1, device=self.device)[:, None])
+        rows = rows % self.capacity  # (H+1, B)
+        acted = rows[1:]
+        return self.obs[rows], self.action[acted], self.reward[acted], self.terminated[acted]
+
+    # persistence -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "capacity": self.capacity,
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
+            "obs": self.obs.cpu(),
+            "action": self.action.cpu(),
+            "reward": self.reward.cpu(),
+            "terminated": self.terminated.cpu(),
+            "episode": self.episode.cpu(),
+            "next_row": self.next_row,
+            "num_episodes": self.num_episodes,
+            "num_transitions": self.num_transitions,
+            "generator": self._gen.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise WeightsError("not a TD-MPC2 Live replay buffer (missing or unknown format tag)")
+        dims = (state["capacity"], state["obs_dim"], state["action_dim"])
+        if dims != (self.capacity, self.obs_dim, self.action_dim):
+            raise WeightsError(
+                f"buffer has capacity/obs/action {dims}, expected "
+                f"{(self.capacity, self.obs_dim, self.action_dim)}"
+            )
+        for name in ("obs", "action", "reward", "terminated", "episode"):
+            getattr(self, name).copy_(state[name])
+        self.next_row = state["next_row"]
+        self.num_episodes = state["num_episodes"]
+        self.num_transitions = state["num_transitions"]
+        self._gen.set_state(state["generator"])
+        self._valid_starts = self._compute_valid_starts()

@@ -1,0 +1,298 @@
+"""One typed config for TD-MPC2: defaults of the 5M single-task model, presets, live knobs."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import math
+from dataclasses import dataclass, fields, replace
+from functools import cache
+
+from agent.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Config:
+    # environment
+    task: str = "walker-walk"
+    """DMControl task as domain-task, e.g. walker-walk, cartpole-balance, humanoid-walk."""
+    seed: int = 1
+    """Seed for networks, sampling and the environments."""
+    episode_length: int = 500
+    """Agent steps per episode (1000 control steps at action repeat 2)."""
+    action_repeat: int = 2
+    """Physics control steps per agent step; rewards are summed."""
+    num_envs: int = 1
+    """Environments stepped together by one agent."""
+    steps_per_update: int = 1
+    """Environment steps (summed over envs) per gradient update after seeding."""
+    episodic: bool = False
+    """Learn a termination head and stop value bootstrapping at terminal states."""
+
+    # training
+    steps: int = 100_000
+    """Total agent steps to train for (summed over envs)."""
+    batch_size: int = 256
+    """Slices of horizon+1 per gradient update."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (capped at the number of training steps)."""
+    seed_steps: int = 0
+    """Random-action steps before learning; 0 means max(1000, 5 x episode_length)."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    enc_lr_scale: float = 0.3
+    """Encoder learning rate as a fraction of lr."""
+    grad_clip_norm: float = 20.0
+    """Gradient-norm clip for the model and the policy."""
+    consistency_coef: float = 20.0
+    """Weight of the latent consistency loss."""
+    reward_coef: float = 0.1
+    """Weight of the reward loss."""
+    value_coef: float = 0.1
+    """Weight of the value loss."""
+    termination_coef: float = 1.0
+    """Weight of the termination loss (episodic only)."""
+    rho: float = 0.5
+    """Temporal weight: the loss at step t is weighted rho**t."""
+    tau: float = 0.01
+    """Polyak rate for target Qs and the running Q scale."""
+    entropy_coef: float = 1e-4
+    """Policy entropy coefficient (multiplied by the action dimension)."""
+    discount: float = 0.0
+    """Discount; 0 means the heuristic clip((L/5-1)/(L/5), 0.95, 0.995) from episode length L."""
+
+    # planning (live knobs are marked in KNOB_RANGES)
+    horizon: int = 3
+    """Latent rollout length for learning, and the planning horizon at start."""
+    iterations: int = 0
+    """MPPI iterations; 0 means 6, plus 2 when the action dimension is at least 20."""
+    num_samples: int = 512
+    """MPPI action sequences per iteration (policy trajectories included)."""
+    num_elites: int = 64
+    """Best sequences kept each MPPI iteration."""
+    num_pi_trajs: int = 24
+    """Sequences rolled out by the policy prior."""
+    temperature: float = 0.5
+    """MPPI softmax temperature on elite values."""
+    min_std: float = 0.05
+    """Lower clamp of the MPPI sampling std."""
+    max_std: float = 2.0
+    """Upper clamp (and start value) of the MPPI sampling std."""
+    mpc: bool = True
+    """Act by planning; False acts with the policy prior alone."""
+
+    # architecture (set by model_size)
+    model_size: int = 5
+    """Preset: 1, 5, 19 or 48 (million parameters)."""
+    enc_dim: int = 256
+    """Encoder hidden width."""
+    mlp_dim: int = 512
+    """Hidden width of dynamics, reward, policy and Q networks."""
+    latent_dim: int = 512
+    """Latent state size (a multiple of simnorm_dim)."""
+    num_enc_layers: int = 2
+    """Encoder layers (hidden layers plus the output layer)."""
+    num_q: int = 5
+    """Q functions in the ensemble."""
+    dropout: float = 0.01
+    """Dropout on the first layer of each Q network."""
+    simnorm_dim: int = 8
+    """SimNorm group size."""
+    num_bins: int = 101
+    """Bins of the two-hot reward and value distributions."""
+    vmin: float = -10.0
+    """Lower end of the two-hot support (symlog space)."""
+    vmax: float = 10.0
+    """Upper end of the two-hot support (symlog space)."""
+    log_std_min: float = -10.0
+    """Lowest policy log std."""
+    log_std_max: float = 2.0
+    """Highest policy log std."""
+
+    # evaluation, logging, speed
+    eval_every: int = 50_000
+    """Agent steps between evaluations (0: only at the end)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (deterministic actions)."""
+    device: str = "auto"
+    """cpu, cuda or auto (CUDA when available)."""
+    compile: bool = True
+    """torch.compile update and plan with CUDA graphs (used on CUDA only)."""
+    bf16: bool = False
+    """bf16 matmuls on CPU (changes numerics; off until its learning curve matches)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    # derived values -------------------------------------------------------------
+    @property
+    def gamma(self) -> float:
+        if self.discount > 0:
+            return self.discount
+        frac = self.episode_length / 5
+        return min(max((frac - 1) / frac, 0.95), 0.995)
+
+    @property
+    def resolved_seed_steps(self) -> int:
+        return self.seed_steps or max(1000, 5 * self.episode_length)
+
+    def resolved_iterations(self, action_dim: int) -> int:
+        return self.iterations or (6 + (2 if action_dim >= 20 else 0))
+
+    @property
+    def bin_size(self) -> float:
+        return (self.vmax - self.vmin) / (self.num_bins - 1)
+
+
+# name: (enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q)
+MODEL_SIZES: dict[int, tuple[int, int, int, int, int]] = {
+    1: (256, 384, 128, 2, 2),
+    5: (256, 512, 512, 2, 5),
+    19: (1024, 1024, 768, 3, 5),
+    48: (1792, 1792, 768, 4, 5),
+    317: (4096, 4096, 1376, 5, 8),
+}
+
+# Knobs that may change between two agent steps: name -> (low, high), inclusive.
+KNOB_RANGES: dict[str, tuple[float, float]] = {
+    "horizon": (1, 16),
+    "iterations": (1, 32),
+    "num_samples": (2, 8192),
+    "num_elites": (1, 1024),
+    "num_pi_trajs": (0, 1024),
+    "temperature": (1e-3, 100.0),
+    "steps_per_update": (1, 64),
+}
+
+# Other fields with numeric bounds: name -> (low, high), inclusive.
+FIELD_RANGES: dict[str, tuple[float, float]] = {
+    "episode_length": (1, 100_000),
+    "action_repeat": (1, 100),
+    "num_envs": (1, 256),
+    "steps": (1, 10**10),
+    "batch_size": (1, 65_536),
+    "buffer_size": (1, 10**9),
+    "seed_steps": (0, 10**9),
+    "lr": (1e-8, 1.0),
+    "enc_lr_scale": (0.0, 10.0),
+    "grad_clip_norm": (1e-6, 1e6),
+    "rho": (0.0, 1.0),
+    "tau": (0.0, 1.0),
+    "entropy_coef": (0.0, 10.0),
+    "discount": (0.0, 1.0),
+    "iterations": (0, 32),
+    "min_std": (1e-6, 10.0),
+    "max_std": (1e-6, 10.0),
+    "num_q": (2, 64),
+    "dropout": (0.0, 0.99),
+    "num_bins": (3, 1001),
+    "eval_every": (0, 10**10),
+    "eval_episodes": (1, 1000),
+    "enc_dim": (1, 65_536),
+    "mlp_dim": (1, 65_536),
+    "latent_dim": (1, 65_536),
+    "num_enc_layers": (1, 64),
+    "simnorm_dim": (1, 1024),
+}
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value}")
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be in [{low:g}, {high:g}], got {value}")
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError naming the first field that is out of its range."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[f.type]
+        if isinstance(value, bool) and f.type != "bool" or not isinstance(value, expected):
+            raise ConfigError(f"{f.name} must be of type {f.type}, got {value!r}")
+    ranges = {**FIELD_RANGES, **{k: v for k, v in KNOB_RANGES.items() if k != "iterations"}}
+    for name, (low, high) in ranges.items():
+        _check_range(name, getattr(cfg, name), low, high)
+    if cfg.model_size not in MODEL_SIZES:
+        sizes = ", ".join(str(s) for s in MODEL_SIZES)
+        raise ConfigError(f"model_size must be one of {sizes}, got {cfg.model_size}")
+    if cfg.num_pi_trajs >= cfg.num_samples:
+        raise ConfigError(
+            f"num_pi_trajs must be below num_samples ({cfg.num_samples}), got {cfg.num_pi_trajs}"
+        )
+    if cfg.num_elites > cfg.num_samples:
+        raise ConfigError(
+            f"num_elites must be at most num_samples ({cfg.num_samples}), got {cfg.num_elites}"
+        )
+    if cfg.min_std > cfg.max_std:
+        raise ConfigError(f"min_std ({cfg.min_std}) must not exceed max_std ({cfg.max_std})")
+    if cfg.latent_dim % cfg.simnorm_dim:
+        raise ConfigError(
+            f"latent_dim ({cfg.latent_dim}) must be a multiple of simnorm_dim ({cfg.simnorm_dim})"
+        )
+    if cfg.vmin >= cfg.vmax:
+        raise ConfigError(f"vmin ({cfg.vmin}) must be below vmax ({cfg.vmax})")
+    if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
+        raise ConfigError(f"device must be cpu, cuda or auto, got {cfg.device!r}")
+
+
+def make_config(model_size: int = 5, **overrides: object) -> Config:
+    """Config for a model-size preset, then explicit overrides (unknown names are refused)."""
+    if model_size not in MODEL_SIZES:
+        sizes = ", ".join(str(s) for s in MODEL_SIZES)
+        raise ConfigError(f"model_size must be one of {sizes}, got {model_size}")
+    names = {f.name for f in fields(Config)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+    enc, mlp, latent, layers, num_q = MODEL_SIZES[model_size]
+    preset = dict(
+        model_size=model_size,
+        enc_dim=enc,
+        mlp_dim=mlp,
+        latent_dim=latent,
+        num_enc_layers=layers,
+        num_q=num_q,
+    )
+    return Config(**{**preset, **overrides})
+
+
+def with_knobs(cfg: Config, **knobs: object) -> Config:
+    """A copy of cfg with live knobs changed, validated; non-knob fields are refused."""
+    not_knobs = sorted(set(knobs) - set(KNOB_RANGES))
+    if not_knobs:
+        raise ConfigError(
+            f"not a live knob: {', '.join(not_knobs)} (knobs: {', '.join(KNOB_RANGES)})"
+        )
+    for name, value in knobs.items():
+        expected = float if name == "temperature" else int
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        if expected is int and value != int(value):
+            raise ConfigError(f"{name} must be a whole number, got {value!r}")
+        low, high = KNOB_RANGES[name]
+        _check_range(name, value, low, high)
+        knobs[name] = expected(value)
+    return replace(cfg, **knobs)
+
+
+def knobs_of(cfg: Config) -> dict[str, float]:
+    """The live-knob values of a config."""
+    return {name: getattr(cfg, name) for name in KNOB_RANGES}
+
+
+@cache
+def field_docs() -> dict[str, str]:
+    """The one-line doc string written under each Config field."""
+    tree = ast.parse(inspect.getsource(Config))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr):
+            docs[node.target.id] = str(after.value.value)
+    return docs
+
+
+def to_dict(cfg: Config) -> dict[str, object]:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,13 @@
+"""Errors that carry a message meant for the user (printed without a traceback)."""
+
+
+class UserError(Exception):
+    """Bad input from the user: the message says what is wrong and how to fix it."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config field or live knob outside its valid range."""
+
+
+class WeightsError(UserError):
+    """A weights or checkpoint file that is missing, corrupt or does not match the model."""

@@ -1,0 +1,109 @@
+"""MPPI in latent space with policy-prior trajectories, batched over several environments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from agent.math import TwoHot, gumbel_choice
+from agent.world_model import WorldModel
+
+
+@dataclass(frozen=True)
+class PlanKnobs:
+    horizon: int
+    iterations: int
+    num_samples: int
+    num_elites: int
+    num_pi_trajs: int
+    temperature: float
+    min_std: float
+    max_std: float
+    gamma: float
+
+
+def rollout_value(
+    model: WorldModel, two_hot: TwoHot, z0: torch.Tensor, actions: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """Value of action sequences from one latent per env.
+
+    z0: (N, 1, L), the same latent for all K sequences of an env; actions: (H, N, K, A).
+    Returns (N, K, 1): sum_t gamma^t r_t + gamma^H Q_avg(z_H, pi(z_H)).
+    """
+    horizon, n, k, _ = actions.shape
+    z, ret, discount = z0, 0.0, 1.0
+    alive = None
+    for t in range(horizon):
+        reward = two_hot.decode(model.reward_logits(z, actions[t]))
+        z = model.next(z, actions[t])
+        ret = ret + discount * reward * (1 if alive is None else alive)
+        if model.termination is not None:
+            step_alive = (model.termination_logit(z) < 0).to(z.dtype)
+            alive = step_alive if alive is None else alive * step_alive
+        discount = discount * gamma
+    flat_z = z.reshape(n * k, -1)
+    _, pi_action, _ = model.policy(flat_z)
+    q = two_hot.decode(model.q_logits((flat_z, pi_action), model.random_q_pair())).mean(0)
+    q = q.view(n, k, 1)
+    return ret + discount * q * (1 if alive is None else alive)
+
+
+def policy_actions(model: WorldModel, z0: torch.Tensor, horizon: int, count: int) -> torch.Tensor:
+    """(H, N, count, A) action sequences drawn from the policy prior, rolled out in the model."""
+    z = z0.expand(-1, count, -1)
+    actions = []
+    for t in range(horizon):
+        actions.append(model.policy(z)[1])
+        if t < horizon - 1:
+            z = model.next(z, actions[-1])
+    return torch.stack(actions)
+
+
+def plan(
+    model: WorldModel,
+    two_hot: TwoHot,
+    obs: torch.Tensor,
+    warm_mean: torch.Tensor,
+    knobs: PlanKnobs,
+    eval_mode: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One MPPI call for N environments.
+
+    obs: (N, obs_dim); warm_mean: (N, H, A), already shifted (zeros at episode start).
+    Returns (actions (N, A) in [-1, 1], the final mean (N, H, A) for the next warm start).
+    """
+    k = knobs
+    z0 = model.encode(obs).unsqueeze(1)  # (N, 1, L)
+    n, a_dim = obs.shape[0], warm_mean.shape[-1]
+    num_sampled = k.num_samples - k.num_pi_trajs
+    pieces_actions, pieces_value = [], []
+    if k.num_pi_trajs:
+        # Policy trajectories do not change between iterations: value them once.
+        pi_actions = policy_actions(model, z0, k.horizon, k.num_pi_trajs)
+        pieces_actions.append(pi_actions)
+        pieces_value.append(rollout_value(model, two_hot, z0, pi_actions, k.gamma))
+    mean = warm_mean.transpose(0, 1)  # (H, N, A)
+    std = torch.full_like(mean, k.max_std)
+    for _ in range(k.iterations):
+        noise = torch.randn(k.horizon, n, num_sampled, a_dim, device=obs.device, dtype=mean.dtype)
+        sampled = (mean.unsqueeze(2) + std.unsqueeze(2) * noise).clamp(-1, 1)
+        value = rollout_value(model, two_hot, z0, sampled, k.gamma)
+        actions = torch.cat([*pieces_actions, sampled], dim=2)  # (H, N, S, A)
+        value = torch.cat([*pieces_value, value], dim=1).squeeze(-1).nan_to_num(0.0)  # (N, S)
+        elite_value, elite_idx = value.topk(k.num_elites, dim=1)
+        index = elite_idx.view(1, n, -1, 1).expand(k.horizon, -1, -1, a_dim)
+        elite_actions = actions.gather(2, index)  # (H, N, E, A)
+        score = F.softmax(k.temperature * elite_value, dim=1)  # (N, E)
+        weights = score.view(1, n, -1, 1)
+        mean = (weights * elite_actions).sum(2)
+        std = ((weights * (elite_actions - mean.unsqueeze(2)).square()).sum(2)).sqrt()
+        std = std.clamp(k.min_std, k.max_std)
+    if eval_mode:
+        action = mean[0]
+    else:
+        choice = gumbel_choice(score)  # (N,)
+        action = elite_actions[0, torch.arange(n, device=obs.device), choice]
+        action = action + std[0] * torch.randn_like(action)
+    return action.clamp(-1, 1), mean.transpose(0, 1)

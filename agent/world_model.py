@@ -1,0 +1,85 @@
+"""TD-MPC2's implicit world model: encoder, latent dynamics, reward, policy prior and Q ensemble."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from agent.config import Config
+from agent.layers import MLP, Inputs
+from agent.math import bounded_log_std, squashed_gaussian
+
+
+class WorldModel(nn.Module):
+    """All networks of one agent. Latents are SimNorm'd; heads output two-hot logits."""
+
+    def __init__(self, cfg: Config, obs_dim: int, action_dim: int):
+        super().__init__()
+        self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
+        latent, mlp, gs = cfg.latent_dim, cfg.mlp_dim, cfg.simnorm_dim
+        za = (latent, action_dim)
+        enc_hidden = [cfg.enc_dim] * max(cfg.num_enc_layers - 1, 1)
+        self.encoder = MLP(
+            (obs_dim,), enc_hidden, latent, out_norm=True, out_act="simnorm", simnorm_dim=gs
+        )
+        self.dynamics = MLP(za, [mlp, mlp], latent, out_norm=True, out_act="simnorm", simnorm_dim=gs)
+        self.reward = MLP(za, [mlp, mlp], cfg.num_bins)
+        self.termination = MLP(za[:1], [mlp, mlp], 1) if cfg.episodic else None
+        self.pi = MLP((latent,), [mlp, mlp], 2 * action_dim)
+        self.qs = MLP(za, [mlp, mlp], cfg.num_bins, members=cfg.num_q, dropout=cfg.dropout)
+        self.reward.zero_last_layer()
+        self.qs.zero_last_layer()
+        self.target_qs = copy.deepcopy(self.qs).requires_grad_(False)
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encoder(obs)
+
+    def next(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.dynamics((z, action))
+
+    def reward_logits(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.reward((z, action))
+
+    def termination_logit(self, z: torch.Tensor) -> torch.Tensor:
+        assert self.termination is not None, "termination head exists only in episodic mode"
+        return self.termination(z)
+
+    def policy(
+        self, z: torch.Tensor, eps: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(squashed mean, sampled action, log-prob) of the policy prior at z."""
+        mean, raw_log_std = self.pi(z).chunk(2, dim=-1)
+        log_std = bounded_log_std(raw_log_std, self.cfg.log_std_min, self.cfg.log_std_max)
+        if eps is None:
+            eps = torch.randn_like(mean)
+        return squashed_gaussian(mean, log_std, eps)
+
+    def q_logits(
+        self,
+        inputs: Inputs,
+        members: torch.Tensor | None = None,
+        target: bool = False,
+        detach: bool = False,
+    ) -> torch.Tensor:
+        """Logits (members, N, bins) of the chosen Qs (all by default) at flat (N, .) inputs."""
+        net = self.target_qs if target else self.qs
+        return net(inputs, members, detach)
+
+    def random_q_pair(self) -> torch.Tensor:
+        """Indices of two distinct Qs chosen at random (graph-safe: no host sync)."""
+        return torch.rand(self.cfg.num_q, device=self.qs.layers[0].weight.device).argsort()[:2]
+
+    def model_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained by the model loss (all but the policy and the targets)."""
+        nets = [self.dynamics, self.reward, self.qs]
+        if self.termination is not None:
+            nets.append(self.termination)
+        return [p for net in nets for p in net.parameters()]
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        """Polyak-move the target Qs towards the online Qs."""
+        target = list(self.target_qs.parameters())
+        torch._foreach_lerp_(target, list(self.qs.parameters()), tau)

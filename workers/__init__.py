@@ -1,0 +1,1 @@
+"""Training processes, weight merging and the run directory. Imports agent/, never viewer/."""

@@ -1,0 +1,127 @@
+"""Command line of launch.py: headless training and the benchmark. Every Config field is a flag."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from agent.config import Config, field_docs, make_config
+from agent.errors import UserError
+
+# Flags with their own handling (not plain Config overrides).
+_SPECIAL = {"model_size", "task", "steps", "seed", "device"}
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
+    docs = field_docs()
+    group = parser.add_argument_group("config (defaults: the TD-MPC2 5M single-task settings)")
+    for f in fields(Config):
+        if f.name in _SPECIAL or f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = {"int": int, "float": float, "str": str}.get(f.type)
+        if f.type == "bool":
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=docs[f.name])
+        else:
+            group.add_argument(flag, type=kind, default=None, metavar=f.type.upper(), help=docs[f.name])
+
+
+def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
+    parser.add_argument("--task", default=task, help="DMControl task, e.g. walker-walk")
+    parser.add_argument("--model-size", type=int, default=5, help="preset: 1, 5, 19 or 48")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="launch.py",
+        description="TD-MPC2 Live. Without --headless the window opens (viewer issue).",
+    )
+    parser.add_argument("--headless", action="store_true", help="train without a window")
+    _add_common(parser, "walker-walk")
+    parser.add_argument("--steps", type=int, default=None, help="agent steps to train")
+    parser.add_argument("--run-dir", default=None, help="run directory (default runs/TASK-TIME)")
+    parser.add_argument("--load", default=None, help="start from the weights in this file")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    _add_config_flags(parser)
+    return parser
+
+
+def build_bench_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="launch.py bench", description="time update, plan, env step")
+    _add_common(parser, "walker-walk")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--repeats", type=int, default=10, help="timed runs (median is reported)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed runs first")
+    parser.add_argument("--learning", action="store_true", help="learning curve vs published")
+    parser.add_argument("--steps", type=int, default=None, help="agent steps (with --learning)")
+    parser.add_argument("--run-dir", default=None, help="run directory (with --learning)")
+    _add_config_flags(parser)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    overrides = {
+        f.name: getattr(args, f.name)
+        for f in fields(Config)
+        if f.name not in _SPECIAL and getattr(args, f.name, None) is not None
+    }
+    overrides.update(task=args.task, seed=args.seed, device=args.device)
+    if getattr(args, "steps", None) is not None:
+        overrides["steps"] = args.steps
+    return make_config(args.model_size, **overrides)
+
+
+def default_run_dir(task: str) -> Path:
+    return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _raise_keyboard_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    from agent.envs import resolve_task
+    from workers.rundir import RunDir
+    from workers.trainer import Trainer
+
+    cfg = config_from_args(args)
+    resolve_task(cfg.task)
+    run_dir = RunDir.create(args.run_dir or default_run_dir(cfg.task))
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    trainer = Trainer(cfg, run_dir, load_weights=args.load, progress=not args.quiet)
+    print(f"training {cfg.task} ({cfg.model_size}M) on {trainer.agent.device}; run directory {run_dir.path}", file=sys.stderr)
+    summary = trainer.run()
+    evals = summary["eval_returns"]
+    last = f", last eval return {evals[-1][1]:.1f}" if evals else ""
+    word = "stopped" if summary["interrupted"] else "finished"
+    print(f"{word} at step {summary['steps']}{last}; weights in {run_dir.weights_path}", file=sys.stderr)
+    return 130 if summary["interrupted"] else 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[:1] == ["bench"]:
+            from workers.bench import run_bench
+
+            args = build_bench_parser().parse_args(argv[1:])
+            return run_bench(args, config_from_args(args))
+        args = build_parser().parse_args(argv)
+        if not args.headless:
+            print(
+                "error: the window is not built yet; use --headless to train without it",
+                file=sys.stderr,
+            )
+            return 2
+        return run_headless(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,133 @@
+"""The run directory: config, append-only metrics (one JSON object per line), weights.
+
+Every file but the metrics log is written atomically (temp file + rename), so a crash leaves
+either the old or the new version. Metrics lines are written with one O_APPEND write each, so a
+line is never half-written by a crash of the writer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from agent.errors import UserError, WeightsError
+
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+WEIGHTS = "weights.pt"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj: object) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def save_state(path: Path, state: dict) -> None:
+    """torch.save a state dict atomically."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+
+
+def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
+    """Load a file written by save_state; a missing or corrupt file is a WeightsError."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise WeightsError(f"cannot read {path}: {err.strerror}") from None
+    try:
+        state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
+    except Exception as err:  # torch raises many kinds of errors for a damaged file
+        raise WeightsError(f"{path} is corrupt or not a torch file ({type(err).__name__})") from None
+    if not isinstance(state, dict):
+        raise WeightsError(f"{path} does not hold a state dictionary")
+    return state
+
+
+def _clean(value: object) -> object:
+    """JSON-safe value: non-finite floats become None, tensors and numpy scalars plain floats."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunDir:
+    """A run's folder. create() refuses a folder that already holds a run, so nothing is lost."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._metrics_fd: int | None = None
+
+    @classmethod
+    def create(cls, path: str | Path) -> RunDir:
+        run = cls(path)
+        if (run.path / METRICS).exists() or (run.path / CONFIG).exists():
+            raise UserError(
+                f"run directory {run.path} already holds a run; choose another --run-dir"
+            )
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+            probe = run.path / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            raise UserError(f"cannot write to run directory {run.path}: {err.strerror}") from None
+        return run
+
+    def write_config(self, config: dict) -> None:
+        atomic_write_json(self.path / CONFIG, config)
+
+    def read_config(self) -> dict:
+        return json.loads((self.path / CONFIG).read_text())
+
+    def log(self, kind: str, **fields: object) -> dict:
+        """Append one metrics record: {"kind", "time", ...fields}."""
+        record = {"kind": kind, "time": round(time.time(), 3)}
+        record.update({k: _clean(v) for k, v in fields.items()})
+        if self._metrics_fd is None:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            self._metrics_fd = os.open(self.path / METRICS, flags, 0o644)
+        os.write(self._metrics_fd, (json.dumps(record) + "\n").encode())
+        return record
+
+    def read_metrics(self, kind: str | None = None) -> list[dict]:
+        """All complete metrics records (a torn last line, if any, is skipped)."""
+        path = self.path / METRICS
+        if not path.exists():
+            return []
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if kind is None or record.get("kind") == kind:
+                records.append(record)
+        return records
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / WEIGHTS
+
+    def close(self) -> None:
+        if self._metrics_fd is not None:
+            os.fsync(self._metrics_fd)
+            os.close(self._metrics_fd)
+            self._metrics_fd = None

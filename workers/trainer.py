@@ -1,0 +1,198 @@
+"""Online training of one TD-MPC2 agent on (vectorised) environments, logging to a run directory.
+
+The step loop follows the reference: random actions for the seed steps, then as many updates at
+once (pretraining), then one update per `steps_per_update` environment steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from agent.agent import TDMPC2
+from agent.buffer import EpisodeBuffer
+from agent.config import Config, knobs_of, to_dict
+from agent.envs import make_env, make_vector_env
+from workers.progress import Progress
+from workers.rundir import RunDir, load_state, save_state
+
+
+@dataclass
+class _Episode:
+    """One env's episode in progress."""
+
+    obs: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+
+
+def evaluate(agent: TDMPC2, cfg: Config, episodes: int, seed: int) -> list[float]:
+    """Returns of `episodes` deterministic episodes (planner mean, no exploration noise)."""
+    env = make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length)
+    returns = []
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            done, total, t0 = False, 0.0, True
+            while not done:
+                action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
+                obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
+                total += reward
+                done, t0 = terminated or truncated, False
+            returns.append(total)
+    finally:
+        env.close()
+    return returns
+
+
+class Trainer:
+    """Trains one agent for cfg.steps agent steps (summed over envs)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: RunDir | None = None,
+        load_weights: str | None = None,
+        progress: bool = True,
+        log_every_s: float = 10.0,
+    ):
+        self.cfg, self.run_dir = cfg, run_dir
+        self.env = make_vector_env(
+            cfg.task, cfg.num_envs, cfg.seed, cfg.action_repeat, cfg.episode_length
+        )
+        obs_dim = self.env.single_observation_space.shape[0]
+        action_dim = self.env.single_action_space.shape[0]
+        self.agent = TDMPC2(cfg, obs_dim, action_dim)
+        if load_weights:
+            self.agent.load_state_dict(load_state(load_weights, self.agent.device), weights_only=True)
+        # Room for the training steps plus each episode's first row (no transition into it).
+        rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + cfg.num_envs
+        self.buffer = EpisodeBuffer(
+            max(rows, cfg.episode_length + 1),
+            obs_dim,
+            action_dim,
+            cfg.horizon,
+            cfg.batch_size,
+            self.agent.device,
+            seed=cfg.seed,
+        )
+        self.progress = Progress(cfg.steps, enabled=progress)
+        self.log_every_s = log_every_s
+        self.step = 0
+        self.updates = 0
+        self.episode_returns: list[float] = []
+        self.eval_returns: list[tuple[int, float]] = []
+
+    # logging -----------------------------------------------------------------------
+    def _log(self, kind: str, **fields: object) -> None:
+        if self.run_dir is not None:
+            self.run_dir.log(kind, step=self.step, **fields)
+
+    def _evaluate(self) -> None:
+        returns = evaluate(self.agent, self.cfg, self.cfg.eval_episodes, self.cfg.seed + 10_000)
+        mean = float(np.mean(returns))
+        self.eval_returns.append((self.step, mean))
+        self._log("eval", ret=mean, returns=[round(r, 3) for r in returns])
+        self.progress.set(eval_return=mean)
+
+    def _update(self, count: int, phase: str) -> None:
+        info = None
+        for i in range(count):
+            info = self.agent.update(self.buffer.sample())
+            self.updates += 1
+            if count > 1 and i % 50 == 0:
+                self.progress.show(self.step, phase=f"{phase} {i}/{count}")
+        if info is not None and time.monotonic() - self._last_train_log > self.log_every_s:
+            self._last_train_log = time.monotonic()
+            losses = {k: float(v) for k, v in info.items()}
+            self._log("train", updates=self.updates, steps_per_s=self.progress.rate, **losses)
+
+    # the loop ----------------------------------------------------------------------
+    def run(self) -> dict:
+        """Train; Ctrl+C (KeyboardInterrupt) stops early. Weights are saved either way."""
+        cfg = self.cfg
+        if self.run_dir is not None:
+            self.run_dir.write_config(
+                {"config": to_dict(cfg), "device": str(self.agent.device), "knobs": knobs_of(cfg)}
+            )
+        self._last_train_log = time.monotonic()
+        interrupted = False
+        try:
+            self._train()
+            if cfg.eval_every == 0 or not self.eval_returns or self.eval_returns[-1][0] != self.step:
+                self._evaluate()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            self.progress.close()
+            if self.run_dir is not None:
+                save_state(self.run_dir.weights_path, self.agent.state_dict())
+                self._log("stop", reason="interrupted" if interrupted else "done")
+                self.run_dir.close()
+            self.env.close()
+        return {
+            "steps": self.step,
+            "updates": self.updates,
+            "interrupted": interrupted,
+            "episode_returns": self.episode_returns,
+            "eval_returns": self.eval_returns,
+        }
+
+    def _train(self) -> None:
+        cfg, env, n = self.cfg, self.env, self.cfg.num_envs
+        seed_steps = cfg.resolved_seed_steps
+        obs, _ = env.reset(seed=cfg.seed)
+        episodes = [_Episode(obs=[o]) for o in obs]
+        t0 = torch.ones(n, dtype=torch.bool)
+        pretrained, update_credit = False, 0.0
+        rng = np.random.default_rng(cfg.seed)
+        next_eval = cfg.eval_every or None
+        while self.step < cfg.steps:
+            if self.step < seed_steps:
+                action = rng.uniform(-1, 1, env.action_space.shape)
+            else:
+                action = self.agent.act(torch.from_numpy(obs), t0=t0).cpu().numpy()
+            action = action.astype(np.float32)
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated | truncated
+            for i, ep in enumerate(episodes):
+                ep.actions.append(action[i])
+                ep.rewards.append(float(reward[i]))
+                if done[i]:
+                    ep.obs.append(info["final_obs"][i])
+                    self._finish_episode(ep, bool(terminated[i]), i)
+                    episodes[i] = _Episode(obs=[obs[i]])
+                else:
+                    ep.obs.append(obs[i])
+            t0 = torch.from_numpy(done)
+            self.step += n
+            self.progress.show(self.step)
+            if self.step >= seed_steps and self.buffer.can_sample():
+                if not pretrained:
+                    pretrained = True
+                    self._update(seed_steps, "pretraining")
+                else:
+                    update_credit += n / self.agent.cfg.steps_per_update
+                    count = int(update_credit)
+                    update_credit -= count
+                    self._update(count, "training")
+            else:
+                self.progress.set(phase="seeding")
+            if next_eval is not None and self.step >= next_eval:
+                next_eval += cfg.eval_every
+                self._evaluate()
+
+    def _finish_episode(self, ep: _Episode, terminated: bool, env_index: int) -> None:
+        self.buffer.add_episode(
+            torch.from_numpy(np.stack(ep.obs)),
+            torch.from_numpy(np.stack(ep.actions)),
+            torch.tensor(ep.rewards),
+            terminated,
+        )
+        ret = float(sum(ep.rewards))
+        self.episode_returns.append(ret)
+        self._log("episode", ret=ret, length=len(ep.rewards), env=env_index)
+        self.progress.set(episode_return=ret, phase="training")
