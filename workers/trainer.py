@@ -118,7 +118,7 @@ class Trainer:
             self.run_dir.write_config(
                 {"config": to_dict(cfg), "device": str(self.agent.device), "knobs": knobs_of(cfg)}
             )
-        self._last_train_log = time.monotonic()
+        self._last_train_log = -float("inf")  # the first update is always logged
         interrupted = False
         try:
             self._train()
@@ -157,6 +157,7 @@ class Trainer:
                 action = self.agent.act(torch.from_numpy(obs), t0=t0).cpu().numpy()
             action = action.astype(np.float32)
             obs, reward, terminated, truncated, info = env.step(action)
+            self.step += n
             done = terminated | truncated
             for i, ep in enumerate(episodes):
                 ep.actions.append(action[i])
@@ -168,7 +169,6 @@ class Trainer:
                 else:
                     ep.obs.append(obs[i])
             t0 = torch.from_numpy(done)
-            self.step += n
             self.progress.show(self.step)
             if self.step >= seed_steps and self.buffer.can_sample():
                 if not pretrained:

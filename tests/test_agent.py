@@ -1,0 +1,119 @@
+import pytest
+import torch
+
+from agent.agent import TDMPC2
+from agent.errors import ConfigError, WeightsError
+from agent.math import TwoHot
+from agent.planner import plan
+
+OBS, ACT = 5, 2
+
+
+def _batch(cfg, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h, b = cfg.horizon, cfg.batch_size
+    return (
+        torch.randn(h + 1, b, OBS, generator=g),
+        torch.rand(h, b, ACT, generator=g) * 2 - 1,
+        torch.rand(h, b, 1, generator=g) * 5,
+        torch.zeros(h, b, 1),
+    )
+
+
+def test_losses_finite_and_decreasing_on_a_fixed_batch(tiny_cfg):
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    batch = _batch(tiny_cfg)
+    history = [agent.update(batch) for _ in range(60)]
+    for name in ("consistency_loss", "reward_loss", "value_loss", "total_loss", "pi_loss"):
+        values = torch.stack([h[name] for h in history])
+        assert torch.isfinite(values).all(), name
+        first, last = values[:5].mean(), values[-5:].mean()
+        assert last < first, f"{name} did not decrease: {first:.4f} -> {last:.4f}"
+
+
+def test_target_qs_move_by_polyak_tau(tiny_cfg):
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    online = [p.detach().clone() for p in agent.model.qs.parameters()]
+    with torch.no_grad():
+        for p in agent.model.qs.parameters():
+            p.add_(1.0)
+    before = [p.clone() for p in agent.model.target_qs.parameters()]
+    agent.model.update_targets(0.01)
+    for old, new, q in zip(before, agent.model.target_qs.parameters(), online):
+        assert torch.allclose(new, old + 0.01 * (q + 1.0 - old), atol=1e-6)
+    assert not any(p.requires_grad for p in agent.model.target_qs.parameters())
+
+
+def test_act_respects_bounds_and_batches(tiny_cfg):
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    single = agent.act(torch.randn(OBS), t0=True)
+    assert single.shape == (ACT,) and single.abs().max() <= 1
+    several = agent.act(torch.randn(3, OBS), t0=torch.tensor([True, False, True]))
+    assert several.shape == (3, ACT) and several.abs().max() <= 1
+    agent.set_knobs(horizon=5, num_samples=32, num_elites=4, iterations=1)
+    assert agent.act(torch.randn(OBS)).abs().max() <= 1
+    assert agent._warm_mean.shape == (1, 5, ACT)
+
+
+def test_warm_start_shifts_previous_mean_and_resets_at_episode_start(tiny_cfg):
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    agent.act(torch.randn(2, OBS), t0=True)
+    prev = agent._warm_mean.clone()
+    warm = agent._shifted_warm_mean(2, torch.tensor([False, True]))
+    assert torch.equal(warm[0, :-1], prev[0, 1:])
+    assert (warm[0, -1] == 0).all() and (warm[1] == 0).all()
+
+
+def test_planner_finds_the_rewarded_action(tiny_cfg):
+    """With reward -|a - 0.6| per step and no terminal value, MPPI must converge near 0.6."""
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    two_hot = TwoHot(tiny_cfg.num_bins, tiny_cfg.vmin, tiny_cfg.vmax)
+    model = agent.model
+
+    def reward_logits(z, a):
+        reward = -(a - 0.6).abs().sum(-1, keepdim=True)
+        return two_hot.encode(reward).clamp_min(1e-30).log()
+
+    model.reward_logits = reward_logits
+    knobs = agent.plan_knobs()
+    knobs = knobs.__class__(**{**knobs.__dict__, "iterations": 8, "num_pi_trajs": 0})
+    with torch.no_grad():
+        action, mean = plan(model, two_hot, torch.randn(1, OBS), torch.zeros(1, knobs.horizon, ACT),
+                            knobs, eval_mode=True)
+    assert mean.shape == (1, knobs.horizon, ACT)
+    assert torch.allclose(action, torch.full_like(action, 0.6), atol=0.1), action
+
+
+def test_bad_knob_is_refused_and_nothing_changes(tiny_cfg):
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    before = agent.knobs
+    with pytest.raises(ConfigError, match="iterations"):
+        agent.set_knobs(horizon=4, iterations=0)
+    assert agent.knobs == before
+
+
+def test_state_dict_round_trip_and_mismatch(tiny_cfg):
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    agent.update(_batch(tiny_cfg))
+    other = TDMPC2(tiny_cfg, OBS, ACT)
+    other.load_state_dict(agent.state_dict())
+    obs = torch.randn(4, OBS)
+    assert torch.equal(agent.model.encode(obs), other.model.encode(obs))
+    with pytest.raises(WeightsError, match="obs/action dims"):
+        TDMPC2(tiny_cfg, OBS + 1, ACT).load_state_dict(agent.state_dict())
+    bigger = TDMPC2(tiny_cfg.__class__(**{**tiny_cfg.__dict__, "mlp_dim": 128}), OBS, ACT)
+    with pytest.raises(WeightsError, match="model size"):
+        bigger.load_state_dict(agent.state_dict())
+    with pytest.raises(WeightsError, match="format"):
+        other.load_state_dict({"model": {}})
+    poisoned = agent.state_dict()
+    key = next(iter(poisoned["model"]))
+    poisoned["model"][key] = poisoned["model"][key] * float("nan")
+    with pytest.raises(WeightsError, match="non-finite"):
+        other.load_state_dict(poisoned)
+
+
+def test_policy_only_mode_acts(tiny_cfg):
+    cfg = tiny_cfg.__class__(**{**tiny_cfg.__dict__, "mpc": False})
+    agent = TDMPC2(cfg, OBS, ACT)
+    assert agent.act(torch.randn(OBS), eval_mode=True).abs().max() <= 1

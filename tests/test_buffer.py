@@ -1,0 +1,61 @@
+import torch
+
+from agent.buffer import EpisodeBuffer
+
+
+def _episode(episode_id: int, steps: int, obs_dim=3, action_dim=2):
+    # Every value carries its episode id and time step, so slices can be checked exactly.
+    t = torch.arange(steps + 1, dtype=torch.float32)
+    obs = torch.stack([torch.full_like(t, episode_id), t, t * 0], -1)[:, :obs_dim]
+    action = torch.stack([torch.full((steps,), float(episode_id)), t[:-1]], -1)[:, :action_dim]
+    reward = t[1:] + 1000 * episode_id
+    return obs, action, reward
+
+
+def test_slices_never_cross_episode_boundaries():
+    buffer = EpisodeBuffer(200, 3, 2, horizon=3, batch_size=512)
+    for i, length in enumerate([5, 2, 10, 4]):
+        buffer.add_episode(*_episode(i, length))
+    obs, action, reward, terminated = buffer.sample()
+    assert obs.shape == (4, 512, 3) and action.shape == (3, 512, 2) and reward.shape == (3, 512, 1)
+    assert (obs[:, :, 0] == obs[:1, :, 0]).all(), "a slice mixes episodes"
+    assert (action[:, :, 0] == obs[:1, :, 0]).all()
+    # obs t, then the action taken at t and the reward that followed it.
+    assert (obs[1:, :, 1] == obs[:-1, :, 1] + 1).all()
+    assert (action[:, :, 1] == obs[:-1, :, 1]).all()
+    assert (reward[..., 0] == obs[1:, :, 1] + 1000 * obs[1:, :, 0]).all()
+    assert not torch.isnan(action).any() and not torch.isnan(reward).any()
+    assert len(buffer) == 5 + 2 + 10 + 4
+    # Episode 1 (2 steps, 3 rows) is too short for a horizon-3 slice: it must never be sampled.
+    assert not (obs[0, :, 0] == 1).any()
+
+
+def test_ring_overwrites_oldest_episodes_and_stays_consistent():
+    buffer = EpisodeBuffer(25, 3, 2, horizon=2, batch_size=256)
+    for i in range(10):
+        buffer.add_episode(*_episode(i, 6))
+    obs, action, _, _ = buffer.sample()
+    assert (obs[:, :, 0] == obs[:1, :, 0]).all()
+    assert obs[0, :, 0].min() >= 6, "only the newest episodes survive"
+    assert (obs[1:, :, 1] == obs[:-1, :, 1] + 1).all()
+    assert len(buffer) <= 24
+
+
+def test_save_and_load_round_trip():
+    buffer = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8, seed=3)
+    for i in range(4):
+        buffer.add_episode(*_episode(i, 7))
+    state = buffer.state_dict()
+    copy = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8)
+    copy.load_state_dict(state)
+    assert len(copy) == len(buffer)
+    for a, b in zip(buffer.sample(), copy.sample()):
+        assert torch.equal(a, b)
+
+
+def test_terminated_flag_marks_last_transition():
+    buffer = EpisodeBuffer(50, 3, 2, horizon=1, batch_size=256)
+    buffer.add_episode(*_episode(0, 4), terminated=True)
+    obs, _, _, terminated = buffer.sample()
+    last = obs[1, :, 1] == 4
+    assert (terminated[0, last] == 1).all() and (terminated[0, ~last] == 0).all()

@@ -1,0 +1,128 @@
+"""The command line end to end, in subprocesses, as a user would run it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--task", "cartpole-balance", "--model-size", "1", "--device", "cpu", "--mlp-dim", "32",
+        "--enc-dim", "16", "--latent-dim", "16", "--batch-size", "16", "--num-samples", "16",
+        "--num-elites", "4", "--num-pi-trajs", "2", "--iterations", "1", "--episode-length", "50",
+        "--seed-steps", "100", "--eval-episodes", "1", "--quiet"]
+
+
+def launch(*args, timeout=300, **kwargs):
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=kwargs.get("cwd", ROOT))
+
+
+def assert_clean_error(result, *words):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--task", "walker-fly"], ["unknown task", "walker-walk"]),
+        (["--model-size", "3"], ["model_size", "1, 5, 19, 48"]),
+        (["--horizon", "0"], ["horizon", "[1, 16]"]),
+        (["--num-samples", "99999"], ["num_samples"]),
+        (["--steps", "0"], ["steps"]),
+        (["--steps", "-5"], ["steps"]),
+        (["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
+         ["device"]),
+    ],
+)
+def test_bad_input_gives_one_clear_error(args, words, tmp_path):
+    result = launch("--headless", *args, "--run-dir", str(tmp_path / "run"))
+    assert_clean_error(result, *words)
+
+
+def test_unwritable_run_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = launch("--headless", *TINY, "--steps", "10", "--run-dir", str(blocker / "run"))
+    assert_clean_error(result, "cannot write to run directory")
+
+
+def test_headless_run_writes_run_dir_and_refuses_to_overwrite_it(tmp_path):
+    run = tmp_path / "run"
+    result = launch("--headless", *TINY, "--steps", "150", "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["task"] == "cartpole-balance" and config["config"]["mlp_dim"] == 32
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    kinds = [r["kind"] for r in records]
+    assert kinds.count("episode") == 3 and "eval" in kinds and "train" in kinds
+    assert kinds[-1] == "stop" and records[-1]["reason"] == "done"
+    assert all(r["step"] <= 150 for r in records)
+    weights = run / "weights.pt"
+    assert weights.stat().st_size > 0
+    before = (run / "metrics.jsonl").read_bytes()
+
+    again = launch("--headless", *TINY, "--steps", "150", "--run-dir", str(run))
+    assert_clean_error(again, "already holds a run")
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+    # The saved weights load as a starting point; damaged or mismatched ones are refused.
+    ok = launch("--headless", *TINY, "--steps", "60", "--load", str(weights),
+                "--run-dir", str(tmp_path / "from-weights"))
+    assert ok.returncode == 0, ok.stderr
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(weights.read_bytes()[:1000])
+    bad = launch("--headless", *TINY, "--steps", "60", "--load", str(corrupt),
+                 "--run-dir", str(tmp_path / "r2"))
+    assert_clean_error(bad, "corrupt")
+    other = launch("--headless", *TINY, "--task", "walker-walk", "--steps", "60", "--load",
+                   str(weights), "--run-dir", str(tmp_path / "r3"))
+    assert_clean_error(other, "obs/action dims")
+    missing = launch("--headless", *TINY, "--load", str(tmp_path / "nope.pt"),
+                     "--run-dir", str(tmp_path / "r4"))
+    assert_clean_error(missing, "cannot read")
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_was_written(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "--headless", *TINY, "--steps", "100000",
+         "--run-dir", str(run)], stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        metrics = run / "metrics.jsonl"
+        if metrics.exists() and metrics.read_text().count('"train"') >= 1:
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1] == {**records[-1], "kind": "stop", "reason": "interrupted"}
+    assert (run / "weights.pt").stat().st_size > 0
+
+
+def test_bench_json_has_the_promised_fields():
+    result = launch("bench", "--json", *TINY[:-1], "--repeats", "2", "--warmup", "1")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    for key in ("update_ms", "plan_ms", "env_step_ms", "agent_steps_per_s", "update_gflop",
+                "matmul_gflop_per_s", "fraction_of_matmul_rate"):
+        assert data[key] > 0, key
+
+
+def test_window_without_headless_says_so():
+    result = launch("--task", "cartpole-balance")
+    assert_clean_error(result, "--headless")

@@ -1,0 +1,66 @@
+import pytest
+
+from agent.config import KNOB_RANGES, Config, field_docs, make_config, with_knobs
+from agent.errors import ConfigError
+
+
+def test_defaults_follow_the_published_method():
+    cfg = make_config(5)
+    assert cfg.gamma == pytest.approx(0.99)
+    assert cfg.resolved_seed_steps == 2500
+    assert cfg.resolved_iterations(6) == 6
+    assert cfg.resolved_iterations(21) == 8
+    assert (cfg.num_samples, cfg.num_elites, cfg.num_pi_trajs, cfg.horizon) == (512, 64, 24, 3)
+    assert (cfg.lr, cfg.enc_lr_scale, cfg.grad_clip_norm, cfg.tau, cfg.rho) == (3e-4, 0.3, 20, 0.01, 0.5)
+    assert (cfg.consistency_coef, cfg.reward_coef, cfg.value_coef) == (20, 0.1, 0.1)
+    assert cfg.bin_size == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    "size, dims",
+    [(1, (256, 384, 128, 2, 2)), (5, (256, 512, 512, 2, 5)), (19, (1024, 1024, 768, 3, 5)),
+     (48, (1792, 1792, 768, 4, 5))],
+)
+def test_presets(size, dims):
+    cfg = make_config(size)
+    assert (cfg.enc_dim, cfg.mlp_dim, cfg.latent_dim, cfg.num_enc_layers, cfg.num_q) == dims
+
+
+def test_discount_heuristic_is_clipped():
+    assert make_config(1, episode_length=10).gamma == pytest.approx(0.95)
+    assert make_config(1, episode_length=10_000).gamma == pytest.approx(0.995)
+    assert make_config(1, discount=0.9).gamma == pytest.approx(0.9)
+
+
+def test_every_field_has_a_doc_line():
+    docs = field_docs()
+    assert set(docs) == {f for f in Config.__dataclass_fields__}
+    assert all(docs.values())
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [({"model_size": 7}, "model_size"), ({"steps": 0}, "steps"), ({"num_samples": 1}, "num_samples"),
+     ({"horizon": 0}, "horizon"), ({"temperature": float("nan")}, "temperature"),
+     ({"num_pi_trajs": 600}, "num_pi_trajs"), ({"batch_size": "x"}, "batch_size"),
+     ({"device": "tpu"}, "device"), ({"bogus": 1}, "bogus")],
+)
+def test_bad_config_names_the_field(overrides, field):
+    size = overrides.pop("model_size", 5)
+    with pytest.raises(ConfigError, match=field):
+        make_config(size, **overrides)
+
+
+def test_knobs_validated_and_unchanged_on_error():
+    cfg = make_config(1)
+    changed = with_knobs(cfg, horizon=5, iterations=2, temperature=1.5)
+    assert (changed.horizon, changed.iterations, changed.temperature) == (5, 2, 1.5)
+    with pytest.raises(ConfigError, match=r"horizon must be in \[1, 16\]"):
+        with_knobs(cfg, horizon=99)
+    with pytest.raises(ConfigError, match="not a live knob"):
+        with_knobs(cfg, latent_dim=3)
+    with pytest.raises(ConfigError, match="whole number"):
+        with_knobs(cfg, iterations=2.5)
+    with pytest.raises(ConfigError, match="num_elites"):
+        with_knobs(cfg, num_samples=32, num_elites=64)
+    assert cfg.horizon == 3 and set(KNOB_RANGES) >= {"horizon", "iterations", "num_samples"}

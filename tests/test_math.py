@@ -1,0 +1,97 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agent.fast_ops import dropout, mish
+from agent.math import TwoHot, gumbel_choice, simnorm, squashed_gaussian, symexp, symlog
+
+
+def test_symlog_symexp_are_inverse():
+    x = torch.linspace(-1000, 1000, 2001)
+    assert torch.allclose(symexp(symlog(x)), x, rtol=1e-5, atol=1e-4)
+
+
+def test_two_hot_round_trip_and_mass():
+    two_hot = TwoHot(101, -10.0, 10.0)
+    x = torch.tensor([-500.0, -3.7, -0.01, 0.0, 0.3, 1.0, 42.0, 9000.0]).unsqueeze(-1)
+    probs = two_hot.encode(x)
+    assert probs.shape == (8, 101)
+    assert torch.allclose(probs.sum(-1), torch.ones(8))
+    assert ((probs > 0).sum(-1) <= 2).all()
+    decoded = two_hot.decode(probs.clamp_min(1e-30).log())
+    assert torch.allclose(decoded, x, rtol=1e-3, atol=1e-3)
+
+
+def test_two_hot_clamps_outside_support():
+    two_hot = TwoHot(101, -10.0, 10.0)
+    huge = torch.tensor([[1e30]])
+    assert two_hot.encode(huge)[0, -1] == 1.0
+
+
+def test_soft_cross_entropy_is_minimal_at_target():
+    two_hot = TwoHot(101, -10.0, 10.0)
+    target = torch.tensor([[2.5]])
+    exact = two_hot.encode(target).clamp_min(1e-30).log()
+    off = two_hot.encode(torch.tensor([[-2.5]])).clamp_min(1e-30).log()
+    assert two_hot.cross_entropy(exact, target) < two_hot.cross_entropy(off, target)
+
+
+def test_simnorm_is_softmax_per_group():
+    x = torch.randn(3, 5, 64) * 4
+    out = simnorm(x, 8)
+    groups = out.view(3, 5, 8, 8)
+    assert torch.allclose(groups.sum(-1), torch.ones(3, 5, 8), atol=1e-6)
+    expected = F.softmax(x.view(3, 5, 8, 8), dim=-1).view(3, 5, 64)
+    assert torch.allclose(out, expected, atol=1e-6)
+
+
+def test_squashed_gaussian_log_prob_matches_change_of_variables():
+    torch.manual_seed(0)
+    mean, log_std, eps = torch.randn(4, 3), torch.randn(4, 3) * 0.3, torch.randn(4, 3)
+    _, action, log_prob = squashed_gaussian(mean, log_std, eps)
+    normal = torch.distributions.Normal(mean, log_std.exp())
+    pre_tanh = mean + eps * log_std.exp()
+    expected = normal.log_prob(pre_tanh).sum(-1) - torch.log(1 - action.square() + 1e-6).sum(-1)
+    assert torch.allclose(log_prob.squeeze(-1), expected, atol=1e-4)
+    assert (action.abs() < 1).all()
+
+
+def test_gumbel_choice_follows_weights():
+    torch.manual_seed(0)
+    weights = torch.tensor([0.1, 0.6, 0.3]).expand(20000, 3)
+    counts = torch.bincount(gumbel_choice(weights), minlength=3).float() / 20000
+    assert torch.allclose(counts, torch.tensor([0.1, 0.6, 0.3]), atol=0.02)
+
+
+def test_fast_mish_matches_torch_value_and_gradient():
+    x = (torch.randn(1000) * 8).requires_grad_()
+    y = mish(x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    x2 = x.detach().clone().requires_grad_()
+    y2 = F.mish(x2)
+    (g2,) = torch.autograd.grad(y2.sum(), x2)
+    assert torch.allclose(y, y2, atol=1e-5)
+    assert torch.allclose(g, g2, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(mish(x.detach()), y2, atol=1e-5)
+
+
+def test_fast_dropout_rate_and_scale():
+    torch.manual_seed(0)
+    x = torch.ones(400_000)
+    y = dropout(x, 0.01)
+    dropped = (y == 0).float().mean().item()
+    assert 0.008 < dropped < 0.012
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.99))
+    assert math.isclose(y.mean().item(), 1.0, abs_tol=0.003)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5])
+def test_dropout_edge_rates(p):
+    y = dropout(torch.ones(1000), p)
+    if p == 0.0:
+        assert (y == 1).all()
+    else:
+        assert set(y.unique().tolist()) <= {0.0, 2.0}

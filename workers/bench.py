@@ -1,0 +1,225 @@
+"""`launch.py bench`: time update, plan and env step; FLOP rate against this machine's matmul
+rate; and (--learning) a learning curve compared with the published TD-MPC2 curve."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from agent.agent import TDMPC2
+from agent.buffer import EpisodeBuffer
+from agent.config import Config, knobs_of
+from agent.envs import make_env
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
+
+# The authors' implementation on a quiet 2-core CPU machine (platform notes), float32, batch 256,
+# horizon 3, 512 samples x 6 iterations: (update ms, plan ms).
+REFERENCE_CPU_MS = {1: (119.0, 155.0), 5: (453.0, 436.0)}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def matmul_gflops(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
+    """This machine's matmul rate on a product of the model's own shape (1536x518 @ 518x512)."""
+    a = torch.randn(1536, 518, device=device, dtype=dtype)
+    b = torch.randn(518, 512, device=device, dtype=dtype)
+    reps = 200 if device.type == "cuda" else 20
+    ms = median_ms(lambda: [a @ b for _ in range(reps)], device, repeats=5, warmup=2) / reps
+    return 2 * 1536 * 518 * 512 / (ms * 1e6)
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def filled_buffer(cfg: Config, obs_dim: int, action_dim: int, device: torch.device) -> EpisodeBuffer:
+    """A buffer holding a few random episodes, so update timing includes sampling."""
+    buffer = EpisodeBuffer(10 * (cfg.episode_length + 1), obs_dim, action_dim, cfg.horizon,
+                           cfg.batch_size, device, seed=cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for _ in range(4):
+        steps = cfg.episode_length
+        buffer.add_episode(
+            torch.randn(steps + 1, obs_dim, generator=gen),
+            torch.rand(steps, action_dim, generator=gen) * 2 - 1,
+            torch.rand(steps, generator=gen),
+        )
+    return buffer
+
+
+def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
+    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
+    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    obs, _ = env.reset(seed=cfg.seed)
+    actions = np.random.default_rng(0).uniform(-1, 1, (1000, action_dim)).astype(np.float32)
+    steps = iter(range(10**9))
+
+    def env_step() -> None:
+        _, _, term, trunc, _ = env.step(actions[next(steps) % 1000])
+        if term or trunc:
+            env.reset()
+
+    env_ms = median_ms(lambda: [env_step() for _ in range(50)], torch.device("cpu"), 5, 1) / 50
+    env.close()
+
+    agent = TDMPC2(cfg, obs_dim, action_dim)
+    device = agent.device
+    buffer = filled_buffer(cfg, obs_dim, action_dim, device)
+    obs_t = torch.from_numpy(obs).to(device)
+    agent.act(obs_t, t0=True)
+    update_ms = median_ms(lambda: agent.update(buffer.sample()), device, repeats, warmup)
+    plan_ms = median_ms(lambda: agent.act(obs_t), device, repeats, warmup)
+
+    # FLOPs are counted on an eager copy (the compiled functions hide their ops).
+    eager = TDMPC2(replace(cfg, compile=False), obs_dim, action_dim)
+    update_flops = count_flops(lambda: eager.update(buffer.sample()))
+    plan_flops = count_flops(lambda: eager.act(obs_t))
+    rate = matmul_gflops(device)
+    step_ms = update_ms + plan_ms
+    floor_ms = (update_flops + plan_flops) / (rate * 1e6)
+    result = {
+        "task": cfg.task,
+        "model_size": cfg.model_size,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "compiled": agent.compiled,
+        "bf16": cfg.bf16,
+        "knobs": {**knobs_of(cfg), "iterations": cfg.resolved_iterations(action_dim)},
+        "batch_size": cfg.batch_size,
+        "update_ms": round(update_ms, 3),
+        "plan_ms": round(plan_ms, 3),
+        "env_step_ms": round(env_ms, 4),
+        "agent_steps_per_s": round(1000 / (step_ms + env_ms), 2),
+        "update_gflop": round(update_flops / 1e9, 2),
+        "plan_gflop": round(plan_flops / 1e9, 2),
+        "achieved_gflop_per_s": round((update_flops + plan_flops) / (step_ms * 1e6), 1),
+        "matmul_gflop_per_s": round(rate, 1),
+        "fraction_of_matmul_rate": round(floor_ms / step_ms, 3),
+        "floor_ms": round(floor_ms, 2),
+        "time_over_floor": round(step_ms / floor_ms, 2),
+    }
+    reference = REFERENCE_CPU_MS.get(cfg.model_size)
+    default_planning = (cfg.num_samples, cfg.resolved_iterations(action_dim), cfg.horizon) == (512, 6, 3)
+    if reference and device.type == "cpu" and default_planning and cfg.batch_size == 256:
+        result["reference_update_ms"], result["reference_plan_ms"] = reference
+        result["ratio_to_reference"] = round(step_ms / sum(reference), 3)
+    return result
+
+
+def print_table(r: dict) -> None:
+    print(f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
+          f"({r['device_name']}, {r['threads']} threads, compiled={r['compiled']}, bf16={r['bf16']})")
+    print(f"knobs: {r['knobs']}, batch {r['batch_size']}")
+    ref_u, ref_p = r.get("reference_update_ms"), r.get("reference_plan_ms")
+    rows = [
+        ("update", r["update_ms"], r["update_gflop"], ref_u),
+        ("plan", r["plan_ms"], r["plan_gflop"], ref_p),
+        ("update + plan", r["update_ms"] + r["plan_ms"], r["update_gflop"] + r["plan_gflop"],
+         ref_u + ref_p if ref_u else None),
+        ("env step", r["env_step_ms"], 0.0, None),
+    ]
+    print(f"{'':15}{'ms':>10}{'GFLOP':>9}{'reference ms':>14}{'ratio':>8}")
+    for name, ms, gflop, ref in rows:
+        ref_s = f"{ref:14.1f}{ms / ref:8.2f}" if ref else f"{'-':>14}{'-':>8}"
+        print(f"{name:15}{ms:10.2f}{gflop:9.2f}{ref_s}")
+    print(f"agent steps/s: {r['agent_steps_per_s']}; achieved {r['achieved_gflop_per_s']} GFLOP/s of a "
+          f"measured {r['matmul_gflop_per_s']} GFLOP/s matmul rate ({r['fraction_of_matmul_rate']:.0%}); "
+          f"{r['time_over_floor']}x the floor of {r['floor_ms']} ms")
+
+
+def published_curve(task: str) -> list[tuple[int, float]] | None:
+    """Mean published return over seeds at each environment step, or None if not published."""
+    path = PUBLISHED / f"{task}.csv"
+    if not path.exists():
+        return None
+    by_step: dict[int, list[float]] = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            by_step.setdefault(int(float(row["step"])), []).append(float(row["reward"]))
+    return sorted((step, float(np.mean(v))) for step, v in by_step.items())
+
+
+def compare_with_published(task: str, evals: list[tuple[int, float]], action_repeat: int) -> list[dict]:
+    """Each of our evaluations beside the published curve interpolated at the same env step."""
+    curve = published_curve(task)
+    if curve is None:
+        return []
+    steps, values = zip(*curve)
+    rows = []
+    for agent_step, ret in evals:
+        env_step = agent_step * action_repeat
+        if env_step > steps[-1]:
+            break
+        published = float(np.interp(env_step, steps, values))
+        rows.append({"agent_step": agent_step, "env_step": env_step, "return": round(ret, 1),
+                     "published": round(published, 1),
+                     "ratio": round(ret / published, 2) if published > 0 else None})
+    return rows
+
+
+def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
+    from workers.cli import default_run_dir
+    from workers.rundir import RunDir
+    from workers.trainer import Trainer
+
+    run = RunDir.create(run_dir or default_run_dir(f"learning-{cfg.task}"))
+    summary = Trainer(cfg, run).run()
+    rows = compare_with_published(cfg.task, summary["eval_returns"], cfg.action_repeat)
+    result = {"task": cfg.task, "run_dir": str(run.path), "evals": summary["eval_returns"],
+              "comparison": rows}
+    (run.path / "learning.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def run_bench(args: argparse.Namespace, cfg: Config) -> int:
+    if args.learning:
+        result = learning_benchmark(cfg, args.run_dir)
+        if args.json:
+            print(json.dumps(result))
+            return 0
+        print(f"learning curve of {cfg.task}: run directory {result['run_dir']}")
+        if not result["comparison"]:
+            print("(no published curve for this task; evaluations:)")
+            for step, ret in result["evals"]:
+                print(f"  agent step {step:>8}: return {ret:.1f}")
+        for row in result["comparison"]:
+            print(f"  agent step {row['agent_step']:>8} (env {row['env_step']:>8}): return "
+                  f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}")
+        return 0
+    result = speed_benchmark(cfg, args.repeats, args.warmup)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+    return 0
