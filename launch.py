@@ -44,7 +44,14 @@ def ensure_environment() -> None:
         print("First run: setting up .venv (a few minutes, once)...", file=sys.stderr)
         if not _venv_python().exists():
             venv.create(VENV, with_pip=True)
-        pip = [str(_venv_python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        pip = [
+            str(_venv_python()),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ]
         try:
             subprocess.run([*pip, TORCH], check=True)
             subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
@@ -53,11 +60,15 @@ def ensure_environment() -> None:
         for old in VENV.glob(".installed-*"):
             old.unlink()
         marker.touch()
-    os.execv(str(_venv_python()), [str(_venv_python()), str(Path(__file__).resolve()), *sys.argv[1:]])
+    os.execv(
+        str(_venv_python()), [str(_venv_python()), str(Path(__file__).resolve()), *sys.argv[1:]]
+    )
 
 
 def main() -> int:
     ensure_environment()
+    if sys.argv[1:] == ["--setup-only"]:
+        return 0
     sys.path.insert(0, str(ROOT))
     from workers.cli import main as cli_main
 

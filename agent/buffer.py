@@ -58,7 +58,9 @@ class EpisodeBuffer:
                 f"episode shapes obs {tuple(obs.shape)} action {tuple(action.shape)} do not fit"
             )
         if steps + 1 > self.capacity:
-            raise ValueError(f"an episode of {steps} steps does not fit a buffer of {self.capacity}")
+            raise ValueError(
+                f"an episode of {steps} steps does not fit a buffer of {self.capacity}"
+            )
         rows = (self.next_row + torch.arange(steps + 1, device=self.device)) % self.capacity
         nan = torch.full((1, 1), float("nan"), device=self.device)
         self.obs[rows] = obs.to(self.device, torch.float32)
@@ -96,7 +98,7 @@ class EpisodeBuffer:
             self._valid_starts.numel(), (b,), device=self.device, generator=self._gen
         )
         starts = self._valid_starts[pick]
-        rows = (starts.unsqueeze(0) + torch.arange(self.horizon + 1, device=self.device)[:, None])
+        rows = starts.unsqueeze(0) + torch.arange(self.horizon + 1, device=self.device)[:, None]
         rows = rows % self.capacity  # (H+1, B)
         acted = rows[1:]
         return self.obs[rows], self.action[acted], self.reward[acted], self.terminated[acted]

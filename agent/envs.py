@@ -150,7 +150,9 @@ def make_vector_env(
     on a 2-core machine the inter-process hops cost more than the physics they parallelise.
     """
     resolve_task(task)
-    factories = [_env_factory(task, seed + i, action_repeat, episode_length) for i in range(num_envs)]
+    factories = [
+        _env_factory(task, seed + i, action_repeat, episode_length) for i in range(num_envs)
+    ]
     if asynchronous is None:
         asynchronous = num_envs > 1 and (os.cpu_count() or 1) > num_envs
     if asynchronous:

@@ -108,7 +108,9 @@ class Layer(nn.Module):
 
     def extra_repr(self) -> str:
         lead = f"members={self.members}, " if self.members else ""
-        return f"{lead}in={self.in_dims}, out={self.out_dim}, act={self.act}, dropout={self.dropout}"
+        return (
+            f"{lead}in={self.in_dims}, out={self.out_dim}, act={self.act}, dropout={self.dropout}"
+        )
 
 
 class MLP(nn.Module):

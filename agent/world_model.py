@@ -24,7 +24,9 @@ class WorldModel(nn.Module):
         self.encoder = MLP(
             (obs_dim,), enc_hidden, latent, out_norm=True, out_act="simnorm", simnorm_dim=gs
         )
-        self.dynamics = MLP(za, [mlp, mlp], latent, out_norm=True, out_act="simnorm", simnorm_dim=gs)
+        self.dynamics = MLP(
+            za, [mlp, mlp], latent, out_norm=True, out_act="simnorm", simnorm_dim=gs
+        )
         self.reward = MLP(za, [mlp, mlp], cfg.num_bins)
         self.termination = MLP(za[:1], [mlp, mlp], 1) if cfg.episodic else None
         self.pi = MLP((latent,), [mlp, mlp], 2 * action_dim)

@@ -78,8 +78,14 @@ def test_planner_finds_the_rewarded_action(tiny_cfg):
     knobs = agent.plan_knobs()
     knobs = knobs.__class__(**{**knobs.__dict__, "iterations": 8, "num_pi_trajs": 0})
     with torch.no_grad():
-        action, mean = plan(model, two_hot, torch.randn(1, OBS), torch.zeros(1, knobs.horizon, ACT),
-                            knobs, eval_mode=True)
+        action, mean = plan(
+            model,
+            two_hot,
+            torch.randn(1, OBS),
+            torch.zeros(1, knobs.horizon, ACT),
+            knobs,
+            eval_mode=True,
+        )
     assert mean.shape == (1, knobs.horizon, ACT)
     assert torch.allclose(action, torch.full_like(action, 0.6), atol=0.1), action
 

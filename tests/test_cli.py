@@ -11,16 +11,49 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["--task", "cartpole-balance", "--model-size", "1", "--device", "cpu", "--mlp-dim", "32",
-        "--enc-dim", "16", "--latent-dim", "16", "--batch-size", "16", "--num-samples", "16",
-        "--num-elites", "4", "--num-pi-trajs", "2", "--iterations", "1", "--episode-length", "50",
-        "--seed-steps", "100", "--eval-episodes", "1", "--quiet"]
+TINY = [
+    "--task",
+    "cartpole-balance",
+    "--model-size",
+    "1",
+    "--device",
+    "cpu",
+    "--mlp-dim",
+    "32",
+    "--enc-dim",
+    "16",
+    "--latent-dim",
+    "16",
+    "--batch-size",
+    "16",
+    "--num-samples",
+    "16",
+    "--num-elites",
+    "4",
+    "--num-pi-trajs",
+    "2",
+    "--iterations",
+    "1",
+    "--episode-length",
+    "50",
+    "--seed-steps",
+    "100",
+    "--eval-episodes",
+    "1",
+    "--quiet",
+]
 
 
 def launch(*args, timeout=300, **kwargs):
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=kwargs.get("cwd", ROOT))
+    return subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=kwargs.get("cwd", ROOT),
+    )
 
 
 def assert_clean_error(result, *words):
@@ -41,8 +74,10 @@ def assert_clean_error(result, *words):
         (["--num-samples", "99999"], ["num_samples"]),
         (["--steps", "0"], ["steps"]),
         (["--steps", "-5"], ["steps"]),
-        (["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
-         ["device"]),
+        (
+            ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
+            ["device"],
+        ),
     ],
 )
 def test_bad_input_gives_one_clear_error(args, words, tmp_path):
@@ -77,19 +112,46 @@ def test_headless_run_writes_run_dir_and_refuses_to_overwrite_it(tmp_path):
     assert (run / "metrics.jsonl").read_bytes() == before
 
     # The saved weights load as a starting point; damaged or mismatched ones are refused.
-    ok = launch("--headless", *TINY, "--steps", "60", "--load", str(weights),
-                "--run-dir", str(tmp_path / "from-weights"))
+    ok = launch(
+        "--headless",
+        *TINY,
+        "--steps",
+        "60",
+        "--load",
+        str(weights),
+        "--run-dir",
+        str(tmp_path / "from-weights"),
+    )
     assert ok.returncode == 0, ok.stderr
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(weights.read_bytes()[:1000])
-    bad = launch("--headless", *TINY, "--steps", "60", "--load", str(corrupt),
-                 "--run-dir", str(tmp_path / "r2"))
+    bad = launch(
+        "--headless",
+        *TINY,
+        "--steps",
+        "60",
+        "--load",
+        str(corrupt),
+        "--run-dir",
+        str(tmp_path / "r2"),
+    )
     assert_clean_error(bad, "corrupt")
-    other = launch("--headless", *TINY, "--task", "walker-walk", "--steps", "60", "--load",
-                   str(weights), "--run-dir", str(tmp_path / "r3"))
+    other = launch(
+        "--headless",
+        *TINY,
+        "--task",
+        "walker-walk",
+        "--steps",
+        "60",
+        "--load",
+        str(weights),
+        "--run-dir",
+        str(tmp_path / "r3"),
+    )
     assert_clean_error(other, "obs/action dims")
-    missing = launch("--headless", *TINY, "--load", str(tmp_path / "nope.pt"),
-                     "--run-dir", str(tmp_path / "r4"))
+    missing = launch(
+        "--headless", *TINY, "--load", str(tmp_path / "nope.pt"), "--run-dir", str(tmp_path / "r4")
+    )
     assert_clean_error(missing, "cannot read")
 
 
@@ -97,8 +159,20 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_written(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "--headless", *TINY, "--steps", "100000",
-         "--run-dir", str(run)], stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            str(ROOT / "launch.py"),
+            "--headless",
+            *TINY,
+            "--steps",
+            "100000",
+            "--run-dir",
+            str(run),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         metrics = run / "metrics.jsonl"
@@ -118,8 +192,15 @@ def test_bench_json_has_the_promised_fields():
     result = launch("bench", "--json", *TINY[:-1], "--repeats", "2", "--warmup", "1")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    for key in ("update_ms", "plan_ms", "env_step_ms", "agent_steps_per_s", "update_gflop",
-                "matmul_gflop_per_s", "fraction_of_matmul_rate"):
+    for key in (
+        "update_ms",
+        "plan_ms",
+        "env_step_ms",
+        "agent_steps_per_s",
+        "update_gflop",
+        "matmul_gflop_per_s",
+        "fraction_of_matmul_rate",
+    ):
         assert data[key] > 0, key
 
 

@@ -11,15 +11,25 @@ def test_defaults_follow_the_published_method():
     assert cfg.resolved_iterations(6) == 6
     assert cfg.resolved_iterations(21) == 8
     assert (cfg.num_samples, cfg.num_elites, cfg.num_pi_trajs, cfg.horizon) == (512, 64, 24, 3)
-    assert (cfg.lr, cfg.enc_lr_scale, cfg.grad_clip_norm, cfg.tau, cfg.rho) == (3e-4, 0.3, 20, 0.01, 0.5)
+    assert (cfg.lr, cfg.enc_lr_scale, cfg.grad_clip_norm, cfg.tau, cfg.rho) == (
+        3e-4,
+        0.3,
+        20,
+        0.01,
+        0.5,
+    )
     assert (cfg.consistency_coef, cfg.reward_coef, cfg.value_coef) == (20, 0.1, 0.1)
     assert cfg.bin_size == pytest.approx(0.2)
 
 
 @pytest.mark.parametrize(
     "size, dims",
-    [(1, (256, 384, 128, 2, 2)), (5, (256, 512, 512, 2, 5)), (19, (1024, 1024, 768, 3, 5)),
-     (48, (1792, 1792, 768, 4, 5))],
+    [
+        (1, (256, 384, 128, 2, 2)),
+        (5, (256, 512, 512, 2, 5)),
+        (19, (1024, 1024, 768, 3, 5)),
+        (48, (1792, 1792, 768, 4, 5)),
+    ],
 )
 def test_presets(size, dims):
     cfg = make_config(size)
@@ -40,10 +50,17 @@ def test_every_field_has_a_doc_line():
 
 @pytest.mark.parametrize(
     "overrides, field",
-    [({"model_size": 7}, "model_size"), ({"steps": 0}, "steps"), ({"num_samples": 1}, "num_samples"),
-     ({"horizon": 0}, "horizon"), ({"temperature": float("nan")}, "temperature"),
-     ({"num_pi_trajs": 600}, "num_pi_trajs"), ({"batch_size": "x"}, "batch_size"),
-     ({"device": "tpu"}, "device"), ({"bogus": 1}, "bogus")],
+    [
+        ({"model_size": 7}, "model_size"),
+        ({"steps": 0}, "steps"),
+        ({"num_samples": 1}, "num_samples"),
+        ({"horizon": 0}, "horizon"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"num_pi_trajs": 600}, "num_pi_trajs"),
+        ({"batch_size": "x"}, "batch_size"),
+        ({"device": "tpu"}, "device"),
+        ({"bogus": 1}, "bogus"),
+    ],
 )
 def test_bad_config_names_the_field(overrides, field):
     size = overrides.pop("model_size", 5)

@@ -16,8 +16,16 @@ def test_unknown_task_lists_valid_names():
 def test_every_suite_task_is_named():
     names = task_names()
     assert len(names) >= 50
-    for name in ("walker-walk", "cheetah-run", "humanoid-walk", "cartpole-balance", "dog-run",
-                 "ball-in-cup-catch", "cup-catch", "cartpole-swingup-sparse"):
+    for name in (
+        "walker-walk",
+        "cheetah-run",
+        "humanoid-walk",
+        "cartpole-balance",
+        "dog-run",
+        "ball-in-cup-catch",
+        "cup-catch",
+        "cartpole-swingup-sparse",
+    ):
         assert name in names
     assert resolve_task("cartpole_swingup_sparse") == ("cartpole", "swingup_sparse")
 

@@ -62,10 +62,19 @@ def count_flops(fn: Callable[[], object]) -> int:
     return counter.get_total_flops()
 
 
-def filled_buffer(cfg: Config, obs_dim: int, action_dim: int, device: torch.device) -> EpisodeBuffer:
+def filled_buffer(
+    cfg: Config, obs_dim: int, action_dim: int, device: torch.device
+) -> EpisodeBuffer:
     """A buffer holding a few random episodes, so update timing includes sampling."""
-    buffer = EpisodeBuffer(10 * (cfg.episode_length + 1), obs_dim, action_dim, cfg.horizon,
-                           cfg.batch_size, device, seed=cfg.seed)
+    buffer = EpisodeBuffer(
+        10 * (cfg.episode_length + 1),
+        obs_dim,
+        action_dim,
+        cfg.horizon,
+        cfg.batch_size,
+        device,
+        seed=cfg.seed,
+    )
     gen = torch.Generator().manual_seed(cfg.seed)
     for _ in range(4):
         steps = cfg.episode_length
@@ -111,7 +120,9 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         "task": cfg.task,
         "model_size": cfg.model_size,
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
         "compiled": agent.compiled,
         "bf16": cfg.bf16,
@@ -130,7 +141,11 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         "time_over_floor": round(step_ms / floor_ms, 2),
     }
     reference = REFERENCE_CPU_MS.get(cfg.model_size)
-    default_planning = (cfg.num_samples, cfg.resolved_iterations(action_dim), cfg.horizon) == (512, 6, 3)
+    default_planning = (cfg.num_samples, cfg.resolved_iterations(action_dim), cfg.horizon) == (
+        512,
+        6,
+        3,
+    )
     if reference and device.type == "cpu" and default_planning and cfg.batch_size == 256:
         result["reference_update_ms"], result["reference_plan_ms"] = reference
         result["ratio_to_reference"] = round(step_ms / sum(reference), 3)
@@ -138,24 +153,33 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
 
 
 def print_table(r: dict) -> None:
-    print(f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
-          f"({r['device_name']}, {r['threads']} threads, compiled={r['compiled']}, bf16={r['bf16']})")
+    print(
+        f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
+        f"({r['device_name']}, {r['threads']} threads, compiled={r['compiled']}, bf16={r['bf16']})"
+    )
     print(f"knobs: {r['knobs']}, batch {r['batch_size']}")
     ref_u, ref_p = r.get("reference_update_ms"), r.get("reference_plan_ms")
     rows = [
         ("update", r["update_ms"], r["update_gflop"], ref_u),
         ("plan", r["plan_ms"], r["plan_gflop"], ref_p),
-        ("update + plan", r["update_ms"] + r["plan_ms"], r["update_gflop"] + r["plan_gflop"],
-         ref_u + ref_p if ref_u else None),
+        (
+            "update + plan",
+            r["update_ms"] + r["plan_ms"],
+            r["update_gflop"] + r["plan_gflop"],
+            ref_u + ref_p if ref_u else None,
+        ),
         ("env step", r["env_step_ms"], 0.0, None),
     ]
     print(f"{'':15}{'ms':>10}{'GFLOP':>9}{'reference ms':>14}{'ratio':>8}")
     for name, ms, gflop, ref in rows:
         ref_s = f"{ref:14.1f}{ms / ref:8.2f}" if ref else f"{'-':>14}{'-':>8}"
         print(f"{name:15}{ms:10.2f}{gflop:9.2f}{ref_s}")
-    print(f"agent steps/s: {r['agent_steps_per_s']}; achieved {r['achieved_gflop_per_s']} GFLOP/s of a "
-          f"measured {r['matmul_gflop_per_s']} GFLOP/s matmul rate ({r['fraction_of_matmul_rate']:.0%}); "
-          f"{r['time_over_floor']}x the floor of {r['floor_ms']} ms")
+    print(
+        f"agent steps/s: {r['agent_steps_per_s']}; achieved {r['achieved_gflop_per_s']} GFLOP/s "
+        f"of a measured {r['matmul_gflop_per_s']} GFLOP/s matmul rate "
+        f"({r['fraction_of_matmul_rate']:.0%}); "
+        f"{r['time_over_floor']}x the floor of {r['floor_ms']} ms"
+    )
 
 
 def published_curve(task: str) -> list[tuple[int, float]] | None:
@@ -170,7 +194,9 @@ def published_curve(task: str) -> list[tuple[int, float]] | None:
     return sorted((step, float(np.mean(v))) for step, v in by_step.items())
 
 
-def compare_with_published(task: str, evals: list[tuple[int, float]], action_repeat: int) -> list[dict]:
+def compare_with_published(
+    task: str, evals: list[tuple[int, float]], action_repeat: int
+) -> list[dict]:
     """Each of our evaluations beside the published curve interpolated at the same env step."""
     curve = published_curve(task)
     if curve is None:
@@ -182,9 +208,15 @@ def compare_with_published(task: str, evals: list[tuple[int, float]], action_rep
         if env_step > steps[-1]:
             break
         published = float(np.interp(env_step, steps, values))
-        rows.append({"agent_step": agent_step, "env_step": env_step, "return": round(ret, 1),
-                     "published": round(published, 1),
-                     "ratio": round(ret / published, 2) if published > 0 else None})
+        rows.append(
+            {
+                "agent_step": agent_step,
+                "env_step": env_step,
+                "return": round(ret, 1),
+                "published": round(published, 1),
+                "ratio": round(ret / published, 2) if published > 0 else None,
+            }
+        )
     return rows
 
 
@@ -196,8 +228,12 @@ def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
     run = RunDir.create(run_dir or default_run_dir(f"learning-{cfg.task}"))
     summary = Trainer(cfg, run).run()
     rows = compare_with_published(cfg.task, summary["eval_returns"], cfg.action_repeat)
-    result = {"task": cfg.task, "run_dir": str(run.path), "evals": summary["eval_returns"],
-              "comparison": rows}
+    result = {
+        "task": cfg.task,
+        "run_dir": str(run.path),
+        "evals": summary["eval_returns"],
+        "comparison": rows,
+    }
     (run.path / "learning.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -214,8 +250,10 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
             for step, ret in result["evals"]:
                 print(f"  agent step {step:>8}: return {ret:.1f}")
         for row in result["comparison"]:
-            print(f"  agent step {row['agent_step']:>8} (env {row['env_step']:>8}): return "
-                  f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}")
+            print(
+                f"  agent step {row['agent_step']:>8} (env {row['env_step']:>8}): return "
+                f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}"
+            )
         return 0
     result = speed_benchmark(cfg, args.repeats, args.warmup)
     if args.json:

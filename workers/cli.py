@@ -25,9 +25,13 @@ def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozense
         flag = "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float, "str": str}.get(f.type)
         if f.type == "bool":
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=docs[f.name])
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=docs[f.name]
+            )
         else:
-            group.add_argument(flag, type=kind, default=None, metavar=f.type.upper(), help=docs[f.name])
+            group.add_argument(
+                flag, type=kind, default=None, metavar=f.type.upper(), help=docs[f.name]
+            )
 
 
 def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
@@ -53,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_bench_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="launch.py bench", description="time update, plan, env step")
+    parser = argparse.ArgumentParser(
+        prog="launch.py bench", description="time update, plan, env step"
+    )
     _add_common(parser, "walker-walk")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--repeats", type=int, default=10, help="timed runs (median is reported)")
@@ -95,12 +101,19 @@ def run_headless(args: argparse.Namespace) -> int:
     run_dir = RunDir.create(args.run_dir or default_run_dir(cfg.task))
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     trainer = Trainer(cfg, run_dir, load_weights=args.load, progress=not args.quiet)
-    print(f"training {cfg.task} ({cfg.model_size}M) on {trainer.agent.device}; run directory {run_dir.path}", file=sys.stderr)
+    print(
+        f"training {cfg.task} ({cfg.model_size}M) on {trainer.agent.device}; "
+        f"run directory {run_dir.path}",
+        file=sys.stderr,
+    )
     summary = trainer.run()
     evals = summary["eval_returns"]
     last = f", last eval return {evals[-1][1]:.1f}" if evals else ""
     word = "stopped" if summary["interrupted"] else "finished"
-    print(f"{word} at step {summary['steps']}{last}; weights in {run_dir.weights_path}", file=sys.stderr)
+    print(
+        f"{word} at step {summary['steps']}{last}; weights in {run_dir.weights_path}",
+        file=sys.stderr,
+    )
     return 130 if summary["interrupted"] else 0
 
 

@@ -10,7 +10,9 @@ from typing import TextIO
 class Progress:
     """Redraws one line on a terminal; elsewhere prints a line every `every_s` seconds."""
 
-    def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None, every_s: float = 0.5):
+    def __init__(
+        self, total: int, enabled: bool = True, stream: TextIO | None = None, every_s: float = 0.5
+    ):
         self.total, self.enabled = total, enabled
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
@@ -31,7 +33,9 @@ class Progress:
         if not self.enabled or (now - self._last_draw < self.every_s and step < self.total):
             return
         self._last_draw = now
-        self.stream.write(("\r" if self.tty else "") + self.line(step, phase) + ("" if self.tty else "\n"))
+        self.stream.write(
+            ("\r" if self.tty else "") + self.line(step, phase) + ("" if self.tty else "\n")
+        )
         self.stream.flush()
 
     def line(self, step: int, phase: str | None = None) -> str:

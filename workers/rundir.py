@@ -53,7 +53,9 @@ def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     try:
         state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except Exception as err:  # torch raises many kinds of errors for a damaged file
-        raise WeightsError(f"{path} is corrupt or not a torch file ({type(err).__name__})") from None
+        raise WeightsError(
+            f"{path} is corrupt or not a torch file ({type(err).__name__})"
+        ) from None
     if not isinstance(state, dict):
         raise WeightsError(f"{path} does not hold a state dictionary")
     return state

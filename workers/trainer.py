@@ -67,7 +67,9 @@ class Trainer:
         action_dim = self.env.single_action_space.shape[0]
         self.agent = TDMPC2(cfg, obs_dim, action_dim)
         if load_weights:
-            self.agent.load_state_dict(load_state(load_weights, self.agent.device), weights_only=True)
+            self.agent.load_state_dict(
+                load_state(load_weights, self.agent.device), weights_only=True
+            )
         # Room for the training steps plus each episode's first row (no transition into it).
         rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + cfg.num_envs
         self.buffer = EpisodeBuffer(
@@ -122,7 +124,11 @@ class Trainer:
         interrupted = False
         try:
             self._train()
-            if cfg.eval_every == 0 or not self.eval_returns or self.eval_returns[-1][0] != self.step:
+            if (
+                cfg.eval_every == 0
+                or not self.eval_returns
+                or self.eval_returns[-1][0] != self.step
+            ):
                 self._evaluate()
         except KeyboardInterrupt:
             interrupted = True

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up the project (first time only, via launch.py's bootstrap) and runs lint and all tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 launch.py --setup-only
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+# One OpenMP thread per test process: the tests start subprocesses of their own, and on a
+# 2-core machine oversubscribed OpenMP threads spin against each other.
+OMP_NUM_THREADS=1 .venv/bin/python -m pytest "$@"
