@@ -48,7 +48,6 @@ class TDMPC2:
         self.pi_optim = torch.optim.Adam(
             m.pi.parameters(), lr=cfg.lr, eps=1e-5, capturable=self.compiled
         )
-        self.q_scale = torch.ones((), device=self.device)
         self._warm_mean: torch.Tensor | None = None
         self._update_fn = self._update
         self._plan_fn = plan
@@ -139,7 +138,6 @@ class TDMPC2:
             next_value = target_q.min(0).values.view(horizon, batch, 1)
             td_target = reward + cfg.gamma * (1 - terminated) * next_value
 
-        m.train()
         z = m.encode(obs[0])
         zs = [z]
         consistency = 0.0
@@ -179,9 +177,9 @@ class TDMPC2:
         q = q.view(horizon + 1, batch)
         with torch.no_grad():
             spread = percentile_range(q[0]).clamp_min(1.0)
-            self.q_scale.lerp_(spread, cfg.tau)
+            m.q_scale.lerp_(spread, cfg.tau)
         scaled_entropy = -log_prob.view(horizon + 1, batch) * self.action_dim
-        objective = cfg.entropy_coef * scaled_entropy + q / self.q_scale
+        objective = cfg.entropy_coef * scaled_entropy + q / m.q_scale
         pi_rho = self._rho_weights(horizon + 1)
         pi_loss = -(objective.mean(1) * pi_rho).mean()
         pi_loss.backward()
@@ -196,12 +194,13 @@ class TDMPC2:
             grad_norm=grad_norm,
             pi_grad_norm=pi_grad_norm,
             pi_entropy=-log_prob.mean(),
-            q_scale=self.q_scale,
+            q_scale=m.q_scale,
         )
         return {k: v.detach() for k, v in out.items()}
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step on a batch (obs (H+1,B,D), action (H,B,A), reward, terminated)."""
+        self.model.train()
         with self._autocast():
             if self.compiled:
                 torch.compiler.cudagraph_mark_step_begin()
@@ -217,7 +216,6 @@ class TDMPC2:
             "model": self.model.state_dict(),
             "optim": self.optim.state_dict(),
             "pi_optim": self.pi_optim.state_dict(),
-            "q_scale": self.q_scale.clone(),
         }
 
     def load_state_dict(self, state: dict, weights_only: bool = False) -> None:
@@ -249,4 +247,3 @@ class TDMPC2:
         if not weights_only:
             self.optim.load_state_dict(state["optim"])
             self.pi_optim.load_state_dict(state["pi_optim"])
-            self.q_scale.copy_(state["q_scale"])

@@ -34,6 +34,8 @@ class WorldModel(nn.Module):
         self.reward.zero_last_layer()
         self.qs.zero_last_layer()
         self.target_qs = copy.deepcopy(self.qs).requires_grad_(False)
+        # Running 5-95 percentile range of Q values that scales the policy objective.
+        self.register_buffer("q_scale", torch.ones(()))
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         return self.encoder(obs)

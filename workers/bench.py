@@ -105,7 +105,15 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
     device = agent.device
     buffer = filled_buffer(cfg, obs_dim, action_dim, device)
     obs_t = torch.from_numpy(obs).to(device)
-    agent.act(obs_t, t0=True)
+    compile_error = None
+    start = time.perf_counter()
+    try:
+        agent.act(obs_t, t0=True)
+        agent.update(buffer.sample())
+    except Exception as err:  # a compiler failure is reported, then timed without compile
+        compile_error = f"{type(err).__name__}: {str(err)[:300]}"
+        agent = TDMPC2(replace(cfg, compile=False), obs_dim, action_dim)
+    first_call_s = time.perf_counter() - start
     update_ms = median_ms(lambda: agent.update(buffer.sample()), device, repeats, warmup)
     plan_ms = median_ms(lambda: agent.act(obs_t), device, repeats, warmup)
 
@@ -125,6 +133,8 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
         "compiled": agent.compiled,
+        "compile_error": compile_error,
+        "first_call_s": round(first_call_s, 1),
         "bf16": cfg.bf16,
         "knobs": {**knobs_of(cfg), "iterations": cfg.resolved_iterations(action_dim)},
         "batch_size": cfg.batch_size,
