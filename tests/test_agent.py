@@ -123,3 +123,14 @@ def test_policy_only_mode_acts(tiny_cfg):
     cfg = tiny_cfg.__class__(**{**tiny_cfg.__dict__, "mpc": False})
     agent = TDMPC2(cfg, OBS, ACT)
     assert agent.act(torch.randn(OBS), eval_mode=True).abs().max() <= 1
+
+
+def test_episodic_mode_learns_termination(tiny_cfg):
+    cfg = tiny_cfg.__class__(**{**tiny_cfg.__dict__, "episodic": True})
+    agent = TDMPC2(cfg, OBS, ACT)
+    obs, action, reward, terminated = _batch(cfg)
+    terminated[-1, : cfg.batch_size // 2] = 1.0
+    history = [agent.update((obs, action, reward, terminated)) for _ in range(40)]
+    losses = torch.stack([h["termination_loss"] for h in history])
+    assert torch.isfinite(losses).all() and losses[-5:].mean() < losses[:5].mean()
+    assert agent.act(torch.randn(OBS), t0=True).abs().max() <= 1
