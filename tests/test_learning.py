@@ -31,7 +31,9 @@ def random_policy_return(episodes: int = 3) -> float:
 
 @pytest.mark.slow
 def test_agent_learns_cartpole_balance(tmp_path):
-    assert random_policy_return() < THRESHOLD - 100, "the threshold must be out of a random policy's reach"
+    assert random_policy_return() < THRESHOLD - 100, (
+        "the threshold must be out of a random policy's reach"
+    )
     cfg = make_config(
         1,
         task="cartpole-balance",

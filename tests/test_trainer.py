@@ -6,8 +6,16 @@ from workers.trainer import Trainer
 
 def test_vectorised_training_keeps_the_update_ratio(tiny_cfg, tmp_path):
     cfg = tiny_cfg.__class__(
-        **{**tiny_cfg.__dict__, "num_envs": 2, "steps_per_update": 4, "episode_length": 20,
-           "seed_steps": 40, "steps": 120, "eval_every": 60, "eval_episodes": 1}
+        **{
+            **tiny_cfg.__dict__,
+            "num_envs": 2,
+            "steps_per_update": 4,
+            "episode_length": 20,
+            "seed_steps": 40,
+            "steps": 120,
+            "eval_every": 60,
+            "eval_episodes": 1,
+        }
     )
     run = RunDir.create(tmp_path / "run")
     summary = Trainer(cfg, run, progress=False).run()

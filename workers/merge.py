@@ -1,0 +1,163 @@
+"""Weight merging: a plain mean of the workers' networks, behind one small backend interface.
+
+What is averaged: every floating-point tensor of the world model (encoder, dynamics, reward,
+termination, policy, Qs, target Qs) and the running Q scale. What is not: each worker keeps its
+own Adam moments, buffer and RNG. A worker whose weights are not finite is left out.
+
+The file backend (one machine): each worker writes its weights for merge round r into
+merge/worker-K.pt (atomic rename, under a file lock), waits a bounded time for the others to
+reach round r, averages the set it found and writes merge/merged.pt. A slow or dead worker is
+left out of that round, never waited for past the timeout. A torch.distributed backend only has
+to implement `merge` with an all-reduce.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from filelock import FileLock
+
+from agent.errors import WeightsError
+from workers.rundir import load_state, save_state
+
+State = dict[str, torch.Tensor]
+
+
+def is_finite(state: State) -> bool:
+    return all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
+
+
+def average_states(states: list[State]) -> State:
+    """Element-wise mean of several model state dicts of the same shapes."""
+    if not states:
+        raise ValueError("nothing to average")
+    keys = states[0].keys()
+    for other in states[1:]:
+        if other.keys() != keys:
+            raise WeightsError("workers' weights have different keys: not the same model")
+    out = {}
+    for key in keys:
+        tensors = [s[key] for s in states]
+        if tensors[0].is_floating_point():
+            out[key] = torch.stack([t.to(tensors[0].device) for t in tensors]).mean(0)
+        else:
+            out[key] = tensors[0].clone()
+    return out
+
+
+def distance(state: State, reference: State) -> float:
+    """L2 norm of the difference over all floating-point tensors."""
+    total = 0.0
+    for key, tensor in state.items():
+        if tensor.is_floating_point():
+            total += float(
+                (tensor.float() - reference[key].float().to(tensor.device)).square().sum()
+            )
+    return total**0.5
+
+
+@dataclass
+class MergeResult:
+    merged: State
+    round: int
+    participants: list[int]
+    left_out: dict[int, str] = field(default_factory=dict)
+    distances: dict[int, float] = field(default_factory=dict)
+
+
+class MergeBackend(Protocol):
+    def merge(self, worker: int, round_: int, state: State) -> MergeResult | None:
+        """Contribute `state` to merge round `round_`; the average, or None if own state is bad."""
+        ...
+
+
+class FileMergeBackend:
+    """Merging through files in the run directory, for workers on one machine."""
+
+    def __init__(self, run_path: str | Path, workers: list[int], timeout_s: float = 30.0):
+        self.dir = Path(run_path) / "merge"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.workers, self.timeout_s = list(workers), timeout_s
+
+    def _path(self, worker: int) -> Path:
+        return self.dir / f"worker-{worker}.pt"
+
+    def _lock(self, path: Path) -> FileLock:
+        return FileLock(str(path) + ".lock", timeout=self.timeout_s)
+
+    def publish(self, worker: int, round_: int, state: State) -> None:
+        path = self._path(worker)
+        payload = {
+            "round": round_,
+            "time": time.time(),
+            "model": {k: v.cpu() for k, v in state.items()},
+        }
+        with self._lock(path):
+            save_state(path, payload)
+
+    def read(self, worker: int) -> tuple[int, State] | str:
+        """(round, weights) of a worker's newest file, or the reason it cannot be used."""
+        path = self._path(worker)
+        if not path.exists():
+            return "no weights yet"
+        try:
+            with self._lock(path):
+                payload = load_state(path)
+            return int(payload["round"]), payload["model"]
+        except (WeightsError, KeyError, TypeError, ValueError) as err:
+            return f"unreadable weights file ({err})"
+
+    def merge(self, worker: int, round_: int, state: State) -> MergeResult | None:
+        if not is_finite(state):
+            return None
+        self.publish(worker, round_, state)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            found: dict[int, State] = {worker: state}
+            left_out: dict[int, str] = {}
+            for other in self.workers:
+                if other == worker:
+                    continue
+                entry = self.read(other)
+                if isinstance(entry, str):
+                    left_out[other] = entry
+                elif entry[0] < round_:
+                    left_out[other] = f"behind (round {entry[0]} < {round_})"
+                elif not is_finite(entry[1]):
+                    left_out[other] = "non-finite weights"
+                else:
+                    found[other] = entry[1]
+            waiting = [w for w, why in left_out.items() if why.startswith(("behind", "no weights"))]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        for other, why in left_out.items():
+            if why.startswith("unreadable"):
+                warnings.warn(
+                    f"worker {other} left out of merge round {round_}: {why}", stacklevel=2
+                )
+        merged = average_states(list(found.values()))
+        result = MergeResult(
+            merged=merged,
+            round=round_,
+            participants=sorted(found),
+            left_out=left_out,
+            distances={w: distance(s, merged) for w, s in found.items()},
+        )
+        merged_path = self.dir / "merged.pt"
+        with self._lock(merged_path):
+            save_state(
+                merged_path,
+                {
+                    "round": round_,
+                    "time": time.time(),
+                    "participants": result.participants,
+                    "model": merged,
+                },
+            )
+        return result
