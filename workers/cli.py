@@ -52,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", default=None, help="run directory (default runs/TASK-TIME)")
     parser.add_argument("--load", default=None, help="start from the weights in this file")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    multi = parser.add_argument_group("merged-weight workers")
+    multi.add_argument("--workers", type=int, default=None, help="worker processes (N >= 1)")
+    multi.add_argument("--merge-every", type=int, default=2500, help="agent steps between merges")
+    multi.add_argument(
+        "--control-worker", action="store_true", help="one extra worker never merges"
+    )
+    multi.add_argument("--checkpoint-every", type=int, default=10_000, help="agent steps")
+    multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
     _add_config_flags(parser)
     return parser
 
@@ -89,6 +97,47 @@ def default_run_dir(task: str) -> Path:
 
 def _raise_keyboard_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    from workers.run import Run, RunSettings
+
+    if args.resume:
+        run = Run.resume(args.resume)
+    else:
+        cfg = config_from_args(args)
+        workers = args.workers + (1 if args.control_worker else 0)
+        settings = RunSettings(
+            workers=workers,
+            merge_every=args.merge_every,
+            control_worker=args.control_worker,
+            checkpoint_every=args.checkpoint_every,
+        )
+        run = Run.create(args.run_dir or default_run_dir(cfg.task), cfg, settings)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    print(
+        f"{run.settings.workers} workers on {run.cfg.task}; run directory {run.path}",
+        file=sys.stderr,
+    )
+    run.start()
+    interrupted = False
+    try:
+        while any(w["alive"] for w in run.progress()):
+            time.sleep(2.0)
+            for index in run.dead_workers():
+                print(f"worker {index} died; the others go on", file=sys.stderr)
+            if not args.quiet:
+                line = "  ".join(
+                    f"w{w['worker']} {w['state']} {int(w['step'])} ({w['steps_per_s']:.1f}/s)"
+                    for w in run.progress()
+                )
+                print(line, file=sys.stderr)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("stopping: each worker writes a checkpoint...", file=sys.stderr)
+        run.stop()
+    print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
+    return 130 if interrupted else 0
 
 
 def run_headless(args: argparse.Namespace) -> int:
@@ -131,6 +180,8 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
             return 2
+        if args.workers is not None or args.resume:
+            return run_workers(args)
         return run_headless(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

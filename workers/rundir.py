@@ -73,8 +73,9 @@ def _clean(value: object) -> object:
 class RunDir:
     """A run's folder. create() refuses a folder that already holds a run, so nothing is lost."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, metrics: str = METRICS, weights: str = WEIGHTS):
         self.path = Path(path)
+        self.metrics_name, self.weights_name = metrics, weights
         self._metrics_fd: int | None = None
 
     @classmethod
@@ -105,13 +106,13 @@ class RunDir:
         record.update({k: _clean(v) for k, v in fields.items()})
         if self._metrics_fd is None:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-            self._metrics_fd = os.open(self.path / METRICS, flags, 0o644)
+            self._metrics_fd = os.open(self.path / self.metrics_name, flags, 0o644)
         os.write(self._metrics_fd, (json.dumps(record) + "\n").encode())
         return record
 
     def read_metrics(self, kind: str | None = None) -> list[dict]:
         """All complete metrics records (a torn last line, if any, is skipped)."""
-        path = self.path / METRICS
+        path = self.path / self.metrics_name
         if not path.exists():
             return []
         records = []
@@ -126,7 +127,7 @@ class RunDir:
 
     @property
     def weights_path(self) -> Path:
-        return self.path / WEIGHTS
+        return self.path / self.weights_name
 
     def close(self) -> None:
         if self._metrics_fd is not None:

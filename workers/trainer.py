@@ -6,7 +6,9 @@ once (pretraining), then one update per `steps_per_update` environment steps.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +20,10 @@ from agent.config import Config, knobs_of, to_dict
 from agent.envs import make_env, make_vector_env
 from workers.progress import Progress
 from workers.rundir import RunDir, load_state, save_state
+
+
+class StopTraining(Exception):
+    """Raised by a step hook to end training early, as requested (not an error)."""
 
 
 @dataclass
@@ -58,8 +64,11 @@ class Trainer:
         load_weights: str | None = None,
         progress: bool = True,
         log_every_s: float = 10.0,
+        step_hook: Callable[[Trainer], None] | None = None,
+        write_config: bool = True,
     ):
         self.cfg, self.run_dir = cfg, run_dir
+        self.step_hook, self.write_config = step_hook, write_config
         self.env = make_vector_env(
             cfg.task, cfg.num_envs, cfg.seed, cfg.action_repeat, cfg.episode_length
         )
@@ -87,6 +96,38 @@ class Trainer:
         self.updates = 0
         self.episode_returns: list[float] = []
         self.eval_returns: list[tuple[int, float]] = []
+        self.pretrained = False
+        self.update_credit = 0.0
+        self.rng = np.random.default_rng(cfg.seed)
+
+    # resumable state ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue: agent, optimisers, buffer, counters, RNG states."""
+        return {
+            "agent": self.agent.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "step": self.step,
+            "updates": self.updates,
+            "pretrained": self.pretrained,
+            "update_credit": self.update_credit,
+            "eval_returns": [list(e) for e in self.eval_returns],
+            "knobs": knobs_of(self.agent.cfg),
+            "numpy_rng": json.dumps(self.rng.bit_generator.state),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.agent.set_knobs(**state["knobs"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.step, self.updates = int(state["step"]), int(state["updates"])
+        self.pretrained, self.update_credit = (
+            bool(state["pretrained"]),
+            float(state["update_credit"]),
+        )
+        self.eval_returns = [(int(s), float(r)) for s, r in state["eval_returns"]]
+        self.rng.bit_generator.state = json.loads(state["numpy_rng"])
+        torch.set_rng_state(state["torch_rng"])
 
     # logging -----------------------------------------------------------------------
     def _log(self, kind: str, **fields: object) -> None:
@@ -116,7 +157,7 @@ class Trainer:
     def run(self) -> dict:
         """Train; Ctrl+C (KeyboardInterrupt) stops early. Weights are saved either way."""
         cfg = self.cfg
-        if self.run_dir is not None:
+        if self.run_dir is not None and self.write_config:
             self.run_dir.write_config(
                 {"config": to_dict(cfg), "device": str(self.agent.device), "knobs": knobs_of(cfg)}
             )
@@ -130,7 +171,7 @@ class Trainer:
                 or self.eval_returns[-1][0] != self.step
             ):
                 self._evaluate()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StopTraining):
             interrupted = True
         finally:
             self.progress.close()
@@ -153,12 +194,10 @@ class Trainer:
         obs, _ = env.reset(seed=cfg.seed)
         episodes = [_Episode(obs=[o]) for o in obs]
         t0 = torch.ones(n, dtype=torch.bool)
-        pretrained, update_credit = False, 0.0
-        rng = np.random.default_rng(cfg.seed)
-        next_eval = cfg.eval_every or None
+        next_eval = (self.step // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else None
         while self.step < cfg.steps:
             if self.step < seed_steps:
-                action = rng.uniform(-1, 1, env.action_space.shape)
+                action = self.rng.uniform(-1, 1, env.action_space.shape)
             else:
                 action = self.agent.act(torch.from_numpy(obs), t0=t0).cpu().numpy()
             action = action.astype(np.float32)
@@ -177,19 +216,21 @@ class Trainer:
             t0 = torch.from_numpy(done)
             self.progress.show(self.step)
             if self.step >= seed_steps and self.buffer.can_sample():
-                if not pretrained:
-                    pretrained = True
+                if not self.pretrained:
+                    self.pretrained = True
                     self._update(seed_steps, "pretraining")
                 else:
-                    update_credit += n / self.agent.cfg.steps_per_update
-                    count = int(update_credit)
-                    update_credit -= count
+                    self.update_credit += n / self.agent.cfg.steps_per_update
+                    count = int(self.update_credit)
+                    self.update_credit -= count
                     self._update(count, "training")
             else:
                 self.progress.set(phase="seeding")
             if next_eval is not None and self.step >= next_eval:
                 next_eval += cfg.eval_every
                 self._evaluate()
+            if self.step_hook is not None:
+                self.step_hook(self)
 
     def _finish_episode(self, ep: _Episode, terminated: bool, env_index: int) -> None:
         self.buffer.add_episode(

@@ -1,0 +1,98 @@
+"""Live knobs as data: one validated, versioned record in the run directory, plus its history.
+
+The viewer or the command line writes a new version; each worker polls between agent steps
+(a stat() call when nothing changed) and applies the newest one. Out-of-range values are
+refused with a message naming the knob and its range, and the record stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from filelock import FileLock
+
+from agent.config import KNOB_RANGES, Config, knobs_of, with_knobs
+from agent.errors import ConfigError
+from workers.rundir import atomic_write_json
+
+# Knobs of the workers layer (the agent's own are in agent.config.KNOB_RANGES).
+WORKER_KNOB_RANGES: dict[str, tuple[int, int]] = {"merge_every": (1, 10_000_000)}
+KNOBS = "knobs.json"
+HISTORY = "knobs.jsonl"
+
+
+def validate_knobs(cfg: Config, values: dict[str, object]) -> dict[str, object]:
+    """A full, validated knob dict: the agent's knobs via the config, merge_every here."""
+    values = dict(values)
+    worker = {k: values.pop(k) for k in list(values) if k in WORKER_KNOB_RANGES}
+    checked = knobs_of(with_knobs(cfg, **values))
+    for name, value in worker.items():
+        low, high = WORKER_KNOB_RANGES[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
+        checked[name] = value
+    return checked
+
+
+class KnobStore:
+    """knobs.json holds {"version", "values"}; knobs.jsonl every version ever set."""
+
+    def __init__(self, run_path: str | Path):
+        self.path = Path(run_path) / KNOBS
+        self.history = Path(run_path) / HISTORY
+        self.lock = FileLock(str(self.path) + ".lock", timeout=10)
+        self._seen_mtime: float | None = None
+
+    def initialise(self, cfg: Config, merge_every: int) -> None:
+        if self.path.exists():
+            return
+        values = validate_knobs(cfg, {**knobs_of(cfg), "merge_every": merge_every})
+        with self.lock:
+            self._write(0, values, values)
+
+    def _write(self, version: int, values: dict, changes: dict) -> None:
+        atomic_write_json(self.path, {"version": version, "values": values})
+        record = {"version": version, "time": round(time.time(), 3), "changes": changes}
+        with open(self.history, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def read(self) -> tuple[int, dict]:
+        try:
+            record = json.loads(self.path.read_text())
+            return int(record["version"]), dict(record["values"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(
+                f"the knob record {self.path} is missing or corrupt ({err})"
+            ) from None
+
+    def set(self, cfg: Config, **changes: object) -> int:
+        """Validate and write a new version; on error nothing is written. Returns the version."""
+        with self.lock:
+            version, values = self.read()
+            unknown = sorted(set(changes) - set(values))
+            if unknown:
+                raise ConfigError(f"unknown knob(s): {', '.join(unknown)}")
+            new = validate_knobs(cfg, {**values, **changes})
+            self._write(version + 1, new, changes)
+            return version + 1
+
+    def poll(self, seen_version: int) -> tuple[int, dict] | None:
+        """The newest record if it is newer than seen_version, else None (cheap when unchanged)."""
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return None
+        if mtime == self._seen_mtime:
+            return None
+        try:
+            version, values = self.read()
+        except ConfigError:
+            return None  # caught mid-replace or damaged: the last good values stay in force
+        self._seen_mtime = mtime
+        return (version, values) if version > seen_version else None
+
+
+def agent_knobs(values: dict) -> dict:
+    return {k: v for k, v in values.items() if k in KNOB_RANGES}

@@ -1,0 +1,192 @@
+"""One training worker process: its own seed, env(s), buffer and agent, merging every
+`merge_every` agent steps, applying live knobs between agent steps, checkpointing.
+
+Talks to the run through the run directory (knobs, metrics, merges, checkpoints: the source of
+truth) and a small shared snapshot array (latest-wins progress), plus events for pause, stop and
+checkpoint requests.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from agent.config import Config
+from agent.errors import ConfigError
+from workers.knobs import KnobStore, agent_knobs
+from workers.merge import FileMergeBackend
+from workers.rundir import RunDir, load_state, save_state
+from workers.trainer import StopTraining, Trainer
+
+# Layout of a worker's shared snapshot (multiprocessing.Array of doubles).
+SNAPSHOT_FIELDS = (
+    "step",
+    "steps_per_s",
+    "last_return",
+    "knob_version",
+    "state",
+    "merges",
+    "updates",
+    "heartbeat",
+)
+STATES = ("starting", "seeding", "training", "merging", "paused", "stopped", "crashed", "done")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    index: int
+    run_path: str
+    cfg: dict
+    merge_with: tuple[int, ...]  # workers that take part in merges; empty: never merges
+    merge_timeout_s: float = 30.0
+    checkpoint_every: int = 10_000
+    threads: int = 1
+    resume: bool = False
+    start_from_merged: bool = False
+
+
+def metrics_name(index: int) -> str:
+    return f"worker-{index}.jsonl"
+
+
+def checkpoint_path(run_path: str | Path, index: int) -> Path:
+    return Path(run_path) / "checkpoints" / f"worker-{index}.pt"
+
+
+class WorkerHooks:
+    """Called by the trainer after every agent step."""
+
+    def __init__(self, spec: WorkerSpec, trainer: Trainer, snapshot, pause, stop, checkpoint):
+        self.spec, self.trainer = spec, trainer
+        self.snapshot, self.pause_event, self.stop_event, self.checkpoint_event = (
+            snapshot,
+            pause,
+            stop,
+            checkpoint,
+        )
+        self.knobs = KnobStore(spec.run_path)
+        self.knob_version = -1
+        self.merge_every = 2500
+        self.backend = (
+            FileMergeBackend(spec.run_path, list(spec.merge_with), spec.merge_timeout_s)
+            if spec.merge_with
+            else None
+        )
+        self.last_round = trainer.step // self.merge_every
+        self.merges = 0
+        self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
+        self.apply_knobs()
+
+    def set(self, **values: float) -> None:
+        for name, value in values.items():
+            self.snapshot[SNAPSHOT_FIELDS.index(name)] = value
+
+    def apply_knobs(self) -> None:
+        newest = self.knobs.poll(self.knob_version)
+        if newest is None:
+            return
+        version, values = newest
+        try:
+            self.trainer.agent.set_knobs(**agent_knobs(values))
+        except ConfigError as err:  # validated when written; a damaged record is reported
+            self.trainer._log("error", message=f"knob version {version} refused: {err}")
+            self.knob_version = version
+            return
+        self.merge_every = int(values.get("merge_every", self.merge_every))
+        self.last_round = max(self.last_round, self.trainer.step // self.merge_every)
+        self.knob_version = version
+        self.trainer._log("knobs_applied", version=version, values=values)
+        self.set(knob_version=version)
+
+    def merge(self) -> None:
+        t = self.trainer
+        round_ = t.step // self.merge_every
+        self.set(state=STATES.index("merging"))
+        start = time.perf_counter()
+        model_state = {k: v.detach().cpu() for k, v in t.agent.model.state_dict().items()}
+        result = self.backend.merge(self.spec.index, round_, model_state)
+        if result is None:
+            t._log("merge_skipped", round=round_, reason="own weights are not finite")
+        else:
+            t.agent.model.load_state_dict(result.merged)
+            self.merges += 1
+            t._log(
+                "merge",
+                round=round_,
+                participants=result.participants,
+                left_out={str(k): v for k, v in result.left_out.items()},
+                distances={str(k): round(v, 6) for k, v in result.distances.items()},
+                merge_ms=round((time.perf_counter() - start) * 1000, 2),
+            )
+        self.last_round = round_
+        self.set(merges=self.merges)
+
+    def checkpoint(self) -> None:
+        path = checkpoint_path(self.spec.run_path, self.spec.index)
+        path.parent.mkdir(exist_ok=True)
+        save_state(path, {**self.trainer.state_dict(), "knob_version": self.knob_version})
+        self.trainer._log("checkpoint", path=str(path))
+
+    def __call__(self, trainer: Trainer) -> None:
+        self.apply_knobs()
+        if self.backend is not None and trainer.step // self.merge_every > self.last_round:
+            self.merge()
+        if trainer.step >= self.next_checkpoint or self.checkpoint_event.is_set():
+            self.checkpoint_event.clear()
+            self.checkpoint()
+            self.next_checkpoint = (
+                trainer.step // self.spec.checkpoint_every + 1
+            ) * self.spec.checkpoint_every
+        while self.pause_event.is_set() and not self.stop_event.is_set():
+            self.set(state=STATES.index("paused"), heartbeat=time.time())
+            time.sleep(0.05)
+            self.apply_knobs()
+        if self.stop_event.is_set():
+            raise StopTraining
+        phase = "training" if trainer.pretrained else "seeding"
+        returns = trainer.episode_returns
+        self.set(
+            step=trainer.step,
+            steps_per_s=trainer.progress.rate,
+            last_return=returns[-1] if returns else float("nan"),
+            state=STATES.index(phase),
+            updates=trainer.updates,
+            heartbeat=time.time(),
+        )
+
+
+def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint) -> None:
+    """Entry point of a spawned worker process."""
+    torch.set_num_threads(spec.threads)
+    run = RunDir(spec.run_path, metrics=metrics_name(spec.index), weights=f"worker-{spec.index}.pt")
+    snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("starting")
+    try:
+        cfg = Config(**spec.cfg)
+        trainer = Trainer(cfg, run, progress=False, write_config=False)
+        ckpt = checkpoint_path(spec.run_path, spec.index)
+        if spec.resume and ckpt.exists():
+            trainer.load_state_dict(load_state(ckpt, trainer.agent.device))
+            run.log("resumed", step=trainer.step)
+        elif spec.start_from_merged:
+            merged = Path(spec.run_path) / "merge" / "merged.pt"
+            if merged.exists():
+                trainer.agent.model.load_state_dict(
+                    load_state(merged, trainer.agent.device)["model"]
+                )
+                run.log("restarted_from_merged", step=trainer.step)
+        hooks = WorkerHooks(spec, trainer, snapshot, pause, stop, checkpoint)
+        trainer.step_hook = hooks
+        summary = trainer.run()
+        hooks.checkpoint()
+        final = "stopped" if summary["interrupted"] else "done"
+        snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index(final)
+    except Exception as err:
+        run.log("error", message=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
+        snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("crashed")
+        raise SystemExit(1) from None
+    finally:
+        run.close()
