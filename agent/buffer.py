@@ -124,16 +124,26 @@ class EpisodeBuffer:
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise WeightsError("not a TD-MPC2 Live replay buffer (missing or unknown format tag)")
-        dims = (state["capacity"], state["obs_dim"], state["action_dim"])
-        if dims != (self.capacity, self.obs_dim, self.action_dim):
+        dims = (state["obs_dim"], state["action_dim"])
+        if dims != (self.obs_dim, self.action_dim):
             raise WeightsError(
-                f"buffer has capacity/obs/action {dims}, expected "
-                f"{(self.capacity, self.obs_dim, self.action_dim)}"
+                f"buffer has obs/action dims {dims}, expected {(self.obs_dim, self.action_dim)}"
             )
-        for name in ("obs", "action", "reward", "terminated", "episode"):
-            getattr(self, name).copy_(state[name])
-        self.next_row = state["next_row"]
+        names = ("obs", "action", "reward", "terminated", "episode")
+        if state["capacity"] == self.capacity:
+            for name in names:
+                getattr(self, name).copy_(state[name])
+            self.next_row = state["next_row"]
+        else:
+            # A run resumed with another capacity (more steps): keep the newest rows, in order.
+            order = (state["next_row"] + torch.arange(state["capacity"])) % state["capacity"]
+            order = order[state["episode"][order] >= 0][-self.capacity :]
+            self.episode.fill_(-1)
+            for name in names:
+                getattr(self, name)[: len(order)] = state[name][order].to(self.device)
+            self.next_row = len(order) % self.capacity
         self.num_episodes = state["num_episodes"]
-        self.num_transitions = state["num_transitions"]
+        filled = self.episode[self.episode >= 0]
+        self.num_transitions = filled.numel() - filled.unique().numel()
         self._gen.set_state(state["generator"])
         self._valid_starts = self._compute_valid_starts()

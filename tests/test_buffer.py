@@ -59,3 +59,18 @@ def test_terminated_flag_marks_last_transition():
     obs, _, _, terminated = buffer.sample()
     last = obs[1, :, 1] == 4
     assert (terminated[0, last] == 1).all() and (terminated[0, ~last] == 0).all()
+
+
+def test_load_into_another_capacity_keeps_newest_whole_slices():
+    small = EpisodeBuffer(25, 3, 2, horizon=2, batch_size=256)
+    for i in range(10):
+        small.add_episode(*_episode(i, 6))
+    for capacity in (100, 15):
+        other = EpisodeBuffer(capacity, 3, 2, horizon=2, batch_size=256)
+        other.load_state_dict(small.state_dict())
+        obs, action, _, _ = other.sample()
+        assert (obs[:, :, 0] == obs[:1, :, 0]).all()
+        assert (obs[1:, :, 1] == obs[:-1, :, 1] + 1).all()
+        assert obs[0, :, 0].max() == 9
+        other.add_episode(*_episode(10, 6))
+        assert other.sample()[0][0, :, 0].max() == 10

@@ -1,0 +1,126 @@
+"""Merged-weight workers end to end: spawned processes, merging, live knobs, checkpoint and
+resume, and the faults a run must survive."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from agent.config import make_config
+from agent.errors import ConfigError, UserError
+from workers.run import Run, RunSettings
+
+
+def tiny(steps: int, **overrides):
+    base = dict(
+        device="cpu",
+        task="cartpole-balance",
+        enc_dim=16,
+        mlp_dim=32,
+        latent_dim=16,
+        batch_size=16,
+        num_samples=16,
+        num_elites=4,
+        num_pi_trajs=2,
+        iterations=1,
+        episode_length=50,
+        seed_steps=100,
+        eval_episodes=1,
+        eval_every=0,
+        steps=steps,
+    )
+    return make_config(1, **{**base, **overrides})
+
+
+def wait_until(predicate, timeout=180.0, poll=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def events(run, kind, worker=None):
+    found = []
+    for index in range(run.settings.workers):
+        path = run.path / f"worker-{index}.jsonl"
+        if path.exists():
+            found += [
+                json.loads(line) | {"worker": index} for line in path.read_text().splitlines()
+            ]
+    return [e for e in found if e["kind"] == kind and worker in (None, e["worker"])]
+
+
+def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
+    settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000, merge_timeout_s=30)
+    run = Run.create(tmp_path / "run", tiny(400), settings)
+    run.start()
+    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 150)
+    with pytest.raises(ConfigError, match="horizon"):
+        run.set_knobs(horizon=99)
+    version = run.set_knobs(horizon=2, merge_every=120)
+    assert version == 1
+    run.wait()
+    assert [w["state"] for w in run.progress()] == ["done", "done"]
+    for worker in (0, 1):
+        applied = [e for e in events(run, "knobs_applied", worker) if e["version"] == 1]
+        assert applied and applied[0]["values"]["horizon"] == 2
+        merges = events(run, "merge", worker)
+        assert len(merges) >= 3 and all(m["participants"] == [0, 1] for m in merges)
+        assert all(m["distances"]["0"] >= 0 for m in merges)
+    history = [json.loads(line) for line in (run.path / "knobs.jsonl").read_text().splitlines()]
+    assert [h["version"] for h in history] == [0, 1]
+    assert history[1]["changes"] == {"horizon": 2, "merge_every": 120}
+    assert all((run.path / "checkpoints" / f"worker-{w}.pt").exists() for w in (0, 1))
+    reader_events = run.new_events()
+    assert {e["kind"] for e in reader_events} >= {"episode", "merge", "stop"}
+    assert run.new_events() == []
+
+    # Resume continues from the checkpoints with the knobs in force.
+    config = json.loads((run.path / "config.json").read_text())
+    config["config"]["steps"] = 500
+    (run.path / "config.json").write_text(json.dumps(config))
+    resumed = Run.resume(run.path)
+    resumed.start()
+    resumed.wait()
+    for worker in (0, 1):
+        assert events(resumed, "resumed", worker)[0]["step"] == 400
+        assert events(resumed, "stop", worker)[-1]["step"] == 500
+
+
+def test_killed_worker_is_left_out_and_can_restart(tmp_path):
+    settings = RunSettings(workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=2)
+    run = Run.create(tmp_path / "run", tiny(600), settings)
+    run.start()
+    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 120)
+    victim = run.progress()[1]
+    os.kill(run._procs[1].process.pid, signal.SIGKILL)
+    assert wait_until(lambda: run.progress()[1]["state"] == "crashed", timeout=30)
+    assert run.dead_workers() == [1] and run.dead_workers() == []
+    # Worker 0 goes on and merges without the dead one (after the bounded wait).
+    assert wait_until(
+        lambda: any(m["participants"] == [0] for m in events(run, "merge", 0)), timeout=120
+    )
+    run.restart_worker(1)
+    assert wait_until(lambda: run.progress()[1]["state"] in ("seeding", "training"), timeout=60)
+    run.stop()
+    restarted = events(run, "restarted_from_merged", 1)
+    assert restarted and victim["step"] > 0
+    lines = (run.path / "worker-1.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines), "a metrics line was half-written"
+
+
+def test_bad_run_input(tmp_path):
+    with pytest.raises(ConfigError, match="workers must be at least 1"):
+        RunSettings(workers=0)
+    with pytest.raises(UserError, match="unknown task"):
+        Run.create(tmp_path / "a", tiny(10, task="walker-fly"), RunSettings())
+    with pytest.raises(UserError, match="not a multi-worker run"):
+        Run.resume(tmp_path / "nothing-here")
+    run = Run.create(tmp_path / "b", tiny(10), RunSettings(workers=1))
+    (run.path / "knobs.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="corrupt"):
+        Run.resume(run.path)
