@@ -207,3 +207,106 @@ def test_bench_json_has_the_promised_fields():
 def test_window_without_headless_says_so():
     result = launch("--task", "cartpole-balance")
     assert_clean_error(result, "--headless")
+
+
+def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    args = [*TINY, "--workers", "2", "--merge-every", "50", "--steps", "100000"]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "--headless", *args, "--run-dir", str(run)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    merged = run / "merge" / "merged.pt"
+    assert wait_for(lambda: merged.exists(), 180)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in a terminal does: the whole group
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "--resume" in stderr
+    steps = {}
+    for w in (0, 1):
+        assert (run / "checkpoints" / f"worker-{w}.pt").exists()
+        records = [
+            json.loads(line) for line in (run / f"worker-{w}.jsonl").read_text().splitlines()
+        ]
+        steps[w] = max(r["step"] for r in records if "step" in r)
+    resumed = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "--headless", "--resume", str(run), "--quiet"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert wait_for(lambda: "resumed" in (run / "worker-1.jsonl").read_text(), 180)
+    os.killpg(resumed.pid, signal.SIGTERM)
+    resumed.communicate(timeout=180)
+    records = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
+    assert [r for r in records if r["kind"] == "resumed"][0]["step"] >= steps[1] - 50
+
+
+def test_bad_worker_count_and_resume_dir(tmp_path):
+    assert_clean_error(
+        launch("--headless", *TINY, "--workers", "0", "--run-dir", str(tmp_path / "a")),
+        "workers must be at least 1",
+    )
+    assert_clean_error(
+        launch("--headless", "--resume", str(tmp_path / "missing")), "not a multi-worker run"
+    )
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def test_kill_9_of_the_whole_program_then_resume(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    args = [*TINY, "--workers", "2", "--merge-every", "50", "--checkpoint-every", "150"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "launch.py"),
+            "--headless",
+            *args,
+            "--steps",
+            "100000",
+            "--run-dir",
+            str(run),
+        ],
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    ckpt = run / "checkpoints" / "worker-1.pt"
+    assert wait_for(lambda: ckpt.exists() and (run / "checkpoints" / "worker-0.pt").exists(), 180)
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    for w in (0, 1):
+        for line in (run / f"worker-{w}.jsonl").read_text().splitlines():
+            json.loads(line)  # every line that was written is whole
+    saved = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
+    last_checkpoint = max(r["step"] for r in saved if r["kind"] == "checkpoint")
+    resumed = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "--headless", "--resume", str(run), "--quiet"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert wait_for(lambda: '"resumed"' in (run / "worker-1.jsonl").read_text(), 180)
+    os.killpg(resumed.pid, signal.SIGINT)
+    resumed.communicate(timeout=180)
+    records = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
+    assert [r for r in records if r["kind"] == "resumed"][0]["step"] == last_checkpoint

@@ -8,6 +8,7 @@ checkpoint requests.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class WorkerHooks:
             stop,
             checkpoint,
         )
+        self.parent = os.getppid()
         self.knobs = KnobStore(spec.run_path)
         self.knob_version = -1
         self.merge_every = 2500
@@ -145,7 +147,8 @@ class WorkerHooks:
             self.set(state=STATES.index("paused"), heartbeat=time.time())
             time.sleep(0.05)
             self.apply_knobs()
-        if self.stop_event.is_set():
+        # A run whose main process died (kill -9) must not leave orphans training on.
+        if self.stop_event.is_set() or os.getppid() != self.parent:
             raise StopTraining
         phase = "training" if trainer.pretrained else "seeding"
         returns = trainer.episode_returns
