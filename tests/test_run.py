@@ -124,3 +124,30 @@ def test_bad_run_input(tmp_path):
     (run.path / "knobs.json").write_text("{not json")
     with pytest.raises(ConfigError, match="corrupt"):
         Run.resume(run.path)
+
+
+def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
+    settings = RunSettings(workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=10)
+    run = Run.create(tmp_path / "run", tiny(100_000), settings)
+    run.start()
+    assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists(), timeout=180)
+    with pytest.raises(ConfigError, match="frame size"):
+        run.start_player(height=4, width=4)
+    run.start_player(height=60, width=80, realtime=False)
+    assert wait_until(lambda: run.read_frame() is not None, timeout=120)
+    frame, info = run.read_frame()
+    assert frame.shape == (60, 80, 3) and frame.std() > 5
+    assert info["weights_round"] >= 1
+    assert wait_until(
+        lambda: any(
+            e["kind"] == "showcase_episode" for e in run.new_events() if e["worker"] == "player"
+        ),
+        timeout=120,
+    )
+    run.pause_rendering()
+    time.sleep(1.0)
+    seq = run.read_frame()[1]["sequence"]
+    time.sleep(1.0)
+    assert run.read_frame()[1]["sequence"] == seq, "rendering did not pause"
+    run.stop()
+    assert all(w["state"] == "stopped" for w in run.progress())

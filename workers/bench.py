@@ -162,6 +162,38 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
     return result
 
 
+def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
+    """What one merge costs a worker: publish own weights, read the others', average, write the
+    merged file, load it. The other workers' files are already there (they are not waited for)."""
+    import tempfile
+
+    from workers.merge import FileMergeBackend
+
+    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
+    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    env.close()
+    agent = TDMPC2(cfg, obs_dim, action_dim)
+    state = {k: v.detach().cpu() for k, v in agent.model.state_dict().items()}
+    params = sum(v.numel() for v in state.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
+        times = []
+        for r in range(repeats):
+            for other in range(1, workers):
+                backend.publish(other, r, state)
+            start = time.perf_counter()
+            result = backend.merge(0, r, state)
+            agent.model.load_state_dict(result.merged)
+            _sync(agent.device)
+            times.append((time.perf_counter() - start) * 1000)
+    return {
+        "model_size": cfg.model_size,
+        "workers": workers,
+        "floats_merged": params,
+        "merge_ms": round(statistics.median(times), 1),
+    }
+
+
 def print_table(r: dict) -> None:
     print(
         f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
@@ -264,6 +296,15 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
                 f"  agent step {row['agent_step']:>8} (env {row['env_step']:>8}): return "
                 f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}"
             )
+        return 0
+    if args.merge:
+        result = merge_benchmark(cfg, args.merge, args.repeats)
+        print(
+            json.dumps(result)
+            if args.json
+            else f"merge of {result['workers']} workers, {cfg.model_size}M "
+            f"({result['floats_merged']:,} floats): {result['merge_ms']} ms per merge"
+        )
         return 0
     result = speed_benchmark(cfg, args.repeats, args.warmup)
     if args.json:

@@ -73,6 +73,9 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=10, help="timed runs (median is reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs first")
     parser.add_argument("--learning", action="store_true", help="learning curve vs published")
+    parser.add_argument(
+        "--merge", type=int, default=0, metavar="N", help="time a merge of N workers"
+    )
     parser.add_argument("--steps", type=int, default=None, help="agent steps (with --learning)")
     parser.add_argument("--run-dir", default=None, help="run directory (with --learning)")
     _add_config_flags(parser)

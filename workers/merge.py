@@ -28,8 +28,15 @@ from workers.rundir import load_state, save_state
 State = dict[str, torch.Tensor]
 
 
+def _floats(state: State) -> list[torch.Tensor]:
+    return [t for t in state.values() if t.is_floating_point()]
+
+
 def is_finite(state: State) -> bool:
-    return all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
+    # One sum per tensor: NaN and inf propagate, and it is far cheaper than isfinite on every
+    # element of a few million weights.
+    sums = torch.stack([t.sum(dtype=torch.float64) for t in _floats(state)])
+    return bool(torch.isfinite(sums).all())
 
 
 def average_states(states: list[State]) -> State:
@@ -40,25 +47,21 @@ def average_states(states: list[State]) -> State:
     for other in states[1:]:
         if other.keys() != keys:
             raise WeightsError("workers' weights have different keys: not the same model")
-    out = {}
-    for key in keys:
-        tensors = [s[key] for s in states]
-        if tensors[0].is_floating_point():
-            out[key] = torch.stack([t.to(tensors[0].device) for t in tensors]).mean(0)
-        else:
-            out[key] = tensors[0].clone()
-    return out
+    floats = [k for k in keys if states[0][k].is_floating_point()]
+    total = [states[0][k].clone() for k in floats]
+    for other in states[1:]:
+        torch._foreach_add_(total, [other[k].to(total[0].device) for k in floats])
+    torch._foreach_div_(total, float(len(states)))
+    out = {k: v.clone() for k, v in states[0].items() if k not in floats}
+    out.update(zip(floats, total))
+    return {k: out[k] for k in keys}
 
 
 def distance(state: State, reference: State) -> float:
     """L2 norm of the difference over all floating-point tensors."""
-    total = 0.0
-    for key, tensor in state.items():
-        if tensor.is_floating_point():
-            total += float(
-                (tensor.float() - reference[key].float().to(tensor.device)).square().sum()
-            )
-    return total**0.5
+    keys = [k for k, t in state.items() if t.is_floating_point()]
+    diffs = torch._foreach_sub([state[k] for k in keys], [reference[k] for k in keys])
+    return float(torch.stack(torch._foreach_norm(diffs)).norm())
 
 
 @dataclass

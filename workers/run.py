@@ -20,6 +20,7 @@ from agent.config import Config
 from agent.envs import resolve_task
 from agent.errors import ConfigError, UserError
 from workers.knobs import KnobStore
+from workers.player import FrameBuffer, PlayerSpec, player_main
 from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
@@ -60,6 +61,9 @@ class Run:
         self._procs: dict[int, _Process] = {}
         self._offsets: dict[str, int] = {}
         self._reported_dead: set[int] = set()
+        self._player: mp.Process | None = None
+        self._frames: FrameBuffer | None = None
+        self._render_paused, self._player_stop = self._ctx.Event(), self._ctx.Event()
 
     # creation ----------------------------------------------------------------------
     @classmethod
@@ -129,6 +133,44 @@ class Run:
         self._reported_dead.discard(index)
         self._spawn(self._spec(index, resume=True, from_merged=True))
 
+    def start_player(self, height: int = 240, width: int = 320, realtime: bool = True) -> None:
+        """Start the showcase player, rendering frames of the size the reader asks for."""
+        if self._player is not None and self._player.is_alive():
+            raise UserError("the showcase player is already running")
+        if not (16 <= height <= 2160 and 16 <= width <= 3840):
+            raise ConfigError(
+                f"frame size must be within 16x16 and 3840x2160, got {width}x{height}"
+            )
+        if self._frames is not None:
+            self._frames.close(unlink=True)
+        self._frames = FrameBuffer(height, width)
+        self._player_stop.clear()
+        spec = PlayerSpec(
+            str(self.path), dataclasses.asdict(self.cfg), self._frames.name, height, width, realtime
+        )
+        self._player = self._ctx.Process(
+            target=player_main,
+            args=(spec, self._render_paused, self._player_stop),
+            name="tdmpc2-showcase",
+            daemon=True,
+        )
+        self._player.start()
+
+    def pause_rendering(self, paused: bool = True) -> None:
+        (self._render_paused.set if paused else self._render_paused.clear)()
+
+    def read_frame(self):
+        """(frame HxWx3 uint8, info) of the newest complete showcase frame, or None."""
+        return self._frames.read() if self._frames is not None else None
+
+    def stop_player(self) -> None:
+        if self._player is not None:
+            self._player_stop.set()
+            self._player.join(30)
+            if self._player.is_alive():
+                self._player.kill()
+            self._player = None
+
     # control -----------------------------------------------------------------------
     def set_knobs(self, **changes: object) -> int:
         """Validate and publish new knob values; returns the new version (error: unchanged)."""
@@ -147,6 +189,7 @@ class Run:
         """Ask every worker to stop (each writes a checkpoint), then wait for them."""
         self._stop.set()
         self._pause.clear()
+        self.stop_player()
         deadline = time.monotonic() + timeout
         for p in self._procs.values():
             p.process.join(max(0.0, deadline - time.monotonic()))
@@ -190,8 +233,8 @@ class Run:
     def new_events(self) -> list[dict]:
         """Metrics records appended since the last call, from every worker's file."""
         events = []
-        for index in sorted(self._procs):
-            name = metrics_name(index)
+        sources = [(index, metrics_name(index)) for index in sorted(self._procs)]
+        for index, name in [*sources, ("player", "player.jsonl")]:
             path = self.path / name
             if not path.exists():
                 continue
