@@ -21,6 +21,7 @@ from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of
 from agent.envs import make_env
+from workers.cli import default_run_dir
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
 
@@ -194,6 +195,38 @@ def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
     }
 
 
+def merge_gain_benchmark(
+    cfg: Config, worker_counts: list[int], threshold: float, merge_every: int, run_root: str
+) -> dict:
+    """Agent steps per worker until the workers' mean evaluation return reaches `threshold`,
+    for each worker count, all with the same config. The point of the program."""
+    from workers.run import Run, RunSettings
+
+    results = {}
+    for count in worker_counts:
+        settings = RunSettings(workers=count, merge_every=merge_every, checkpoint_every=10**9)
+        run = Run.create(Path(run_root) / f"workers-{count}", cfg, settings)
+        start = time.monotonic()
+        run.start()
+        run.wait()
+        evals: dict[int, list[float]] = {}
+        for event in run.new_events():
+            if event["kind"] == "eval":
+                evals.setdefault(event["step"], []).append(event["ret"])
+        curve = sorted((step, float(np.mean(r))) for step, r in evals.items() if len(r) == count)
+        reached = next((step for step, ret in curve if ret >= threshold), None)
+        results[count] = {
+            "steps_to_threshold": reached,
+            "curve": curve,
+            "wall_s": round(time.monotonic() - start, 1),
+        }
+    base = results[worker_counts[0]]["steps_to_threshold"]
+    for r in results.values():
+        reached = r["steps_to_threshold"]
+        r["speedup_vs_first"] = round(base / reached, 2) if base and reached else None
+    return {"task": cfg.task, "threshold": threshold, "merge_every": merge_every, "runs": results}
+
+
 def print_table(r: dict) -> None:
     print(
         f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
@@ -263,7 +296,6 @@ def compare_with_published(
 
 
 def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
-    from workers.cli import default_run_dir
     from workers.rundir import RunDir
     from workers.trainer import Trainer
 
@@ -296,6 +328,14 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
                 f"  agent step {row['agent_step']:>8} (env {row['env_step']:>8}): return "
                 f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}"
             )
+        return 0
+    if args.merge_gain:
+        counts = [int(c) for c in args.merge_gain.split(",")]
+        root = args.run_dir or str(default_run_dir(f"merge-gain-{cfg.task}"))
+        result = merge_gain_benchmark(cfg, counts, args.threshold, args.merge_every, root)
+        Path(root).mkdir(parents=True, exist_ok=True)
+        (Path(root) / "merge-gain.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.merge:
         result = merge_benchmark(cfg, args.merge, args.repeats)
