@@ -310,3 +310,10 @@ def test_kill_9_of_the_whole_program_then_resume(tmp_path):
     resumed.communicate(timeout=180)
     records = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
     assert [r for r in records if r["kind"] == "resumed"][0]["step"] == last_checkpoint
+
+
+def test_bench_merge_json():
+    result = launch("bench", "--json", *TINY[:-1], "--merge", "3", "--repeats", "2")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["workers"] == 3 and data["merge_ms"] > 0 and data["floats_merged"] > 1000

@@ -151,3 +151,13 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
     assert run.read_frame()[1]["sequence"] == seq, "rendering did not pause"
     run.stop()
     assert all(w["state"] == "stopped" for w in run.progress())
+
+
+def test_control_worker_never_merges(tmp_path):
+    settings = RunSettings(workers=3, control_worker=True)
+    run = Run.create(tmp_path / "run", tiny(10), settings)
+    specs = [run._spec(i, resume=False) for i in range(3)]
+    assert [s.merge_with for s in specs] == [(0, 1), (0, 1), ()]
+    assert len({s.cfg["seed"] for s in specs}) == 3, "each worker has its own seed"
+    alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
+    assert alone._spec(0, resume=False).merge_with == ()

@@ -227,6 +227,60 @@ def merge_gain_benchmark(
     return {"task": cfg.task, "threshold": threshold, "merge_every": merge_every, "runs": results}
 
 
+def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> dict:
+    """A live multi-worker run: knob-change latency in agent steps, and the showcase player's
+    cost on the workers' steps/s (phases without and with the player, same run)."""
+    from workers.run import Run, RunSettings
+
+    run = Run.create(run_dir, cfg, RunSettings(workers=workers, merge_every=10**6))
+    run.start()
+
+    def steps() -> list[float]:
+        return [w["step"] for w in run.progress()]
+
+    def training() -> bool:
+        return all(w["state"] == "training" for w in run.progress())
+
+    while not training():
+        time.sleep(0.5)
+
+    def rate(duration: float) -> float:
+        first, start = steps(), time.monotonic()
+        time.sleep(duration)
+        return sum(b - a for a, b in zip(first, steps())) / (time.monotonic() - start) / workers
+
+    knob_sets = []
+    for i in range(3):
+        time.sleep(seconds / 6)
+        at = steps()
+        version = run.set_knobs(horizon=4 if i % 2 == 0 else 3)
+        knob_sets.append((version, at))
+    time.sleep(5)
+    applied = {
+        (e["worker"], e["version"]): e["step"]
+        for e in run.new_events()
+        if e["kind"] == "knobs_applied"
+    }
+    lags = [
+        applied[(w, v)] - at[w] for v, at in knob_sets for w in range(workers) if (w, v) in applied
+    ]
+    without = rate(seconds)
+    run.start_player(240, 320, realtime=True)
+    while run.read_frame() is None:
+        time.sleep(0.5)
+    with_player = rate(seconds)
+    run.stop()
+    return {
+        "workers": workers,
+        "knob_changes": len(knob_sets),
+        "knob_applied_by": len(lags),
+        "knob_lag_agent_steps_max": max(lags) if lags else None,
+        "steps_per_s_per_worker_without_player": round(without, 2),
+        "steps_per_s_per_worker_with_player": round(with_player, 2),
+        "player_cost": round(1 - with_player / without, 3) if without else None,
+    }
+
+
 def print_table(r: dict) -> None:
     print(
         f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
@@ -335,6 +389,11 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         result = merge_gain_benchmark(cfg, counts, args.threshold, args.merge_every, root)
         Path(root).mkdir(parents=True, exist_ok=True)
         (Path(root) / "merge-gain.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.live:
+        root = args.run_dir or str(default_run_dir(f"live-{cfg.task}"))
+        result = live_benchmark(cfg, args.live, args.seconds, root)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.merge:

@@ -76,6 +76,11 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--merge", type=int, default=0, metavar="N", help="time a merge of N workers"
     )
+    parser.add_argument("--live", type=int, default=0, metavar="N", help="knob lag, player cost")
+    parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
+    parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
+    parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
+    parser.add_argument("--merge-every", type=int, default=2500, help="agent steps (--merge-gain)")
     parser.add_argument("--steps", type=int, default=None, help="agent steps (with --learning)")
     parser.add_argument("--run-dir", default=None, help="run directory (with --learning)")
     _add_config_flags(parser)

@@ -79,6 +79,7 @@ class PlayerSpec:
     width: int
     realtime: bool = True
     camera_id: int = 0
+    max_fps: float = 30.0  # rendering is the player's main cost: cap it, skip frames beyond it
 
 
 def _newest_weights(run_path: Path) -> tuple[Path, float] | None:
@@ -104,7 +105,7 @@ def player_main(spec: PlayerSpec, render_paused, stop) -> None:
     log = RunDir(spec.run_path, metrics="player.jsonl")
     run_path = Path(spec.run_path)
     step_seconds = env.physics.timestep() * cfg.action_repeat
-    loaded_mtime, weights_round, episode = None, -1, 0
+    loaded_mtime, weights_round, episode, last_render = None, -1, 0, 0.0
     try:
         while not stop.is_set():
             newest = _newest_weights(run_path)
@@ -126,7 +127,9 @@ def player_main(spec: PlayerSpec, render_paused, stop) -> None:
                 action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
                 obs, reward, terminated, truncated, _ = env.step(action.numpy())
                 total, t, t0, done = total + reward, t + 1, False, terminated or truncated
-                if not render_paused.is_set():
+                now = time.monotonic()
+                if not render_paused.is_set() and now - last_render >= 1.0 / spec.max_fps:
+                    last_render = now
                     frames.write(env.render(), episode, t, weights_round, total)
                 if spec.realtime:
                     next_time += step_seconds

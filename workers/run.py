@@ -133,7 +133,9 @@ class Run:
         self._reported_dead.discard(index)
         self._spawn(self._spec(index, resume=True, from_merged=True))
 
-    def start_player(self, height: int = 240, width: int = 320, realtime: bool = True) -> None:
+    def start_player(
+        self, height: int = 240, width: int = 320, realtime: bool = True, max_fps: float = 30.0
+    ) -> None:
         """Start the showcase player, rendering frames of the size the reader asks for."""
         if self._player is not None and self._player.is_alive():
             raise UserError("the showcase player is already running")
@@ -146,7 +148,13 @@ class Run:
         self._frames = FrameBuffer(height, width)
         self._player_stop.clear()
         spec = PlayerSpec(
-            str(self.path), dataclasses.asdict(self.cfg), self._frames.name, height, width, realtime
+            str(self.path),
+            dataclasses.asdict(self.cfg),
+            self._frames.name,
+            height,
+            width,
+            realtime,
+            max_fps=max_fps,
         )
         self._player = self._ctx.Process(
             target=player_main,
