@@ -13,11 +13,9 @@ torch.set_num_threads(2)
 from agent.config import make_config  # noqa: E402
 
 
-@pytest.fixture
-def tiny_cfg():
+def tiny_config(**overrides):
     """A small but complete config: every code path, a fraction of the FLOPs."""
-    return make_config(
-        1,
+    base = dict(
         device="cpu",
         task="cartpole-balance",
         enc_dim=32,
@@ -29,3 +27,9 @@ def tiny_cfg():
         num_pi_trajs=4,
         iterations=2,
     )
+    return make_config(1, **{**base, **overrides})
+
+
+@pytest.fixture
+def tiny_cfg():
+    return tiny_config()

@@ -209,52 +209,23 @@ def test_window_without_headless_says_so():
     assert_clean_error(result, "--headless")
 
 
-def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
-    run = tmp_path / "run"
+TWO_WORKERS = [*TINY, "--workers", "2", "--merge-every", "50", "--steps", "100000"]
+
+
+def start(*args):
+    """launch.py in its own process group, as a terminal would run it."""
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    args = [*TINY, "--workers", "2", "--merge-every", "50", "--steps", "100000"]
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "--headless", *args, "--run-dir", str(run)],
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), *args],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
         start_new_session=True,
     )
-    merged = run / "merge" / "merged.pt"
-    assert wait_for(lambda: merged.exists(), 180)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in a terminal does: the whole group
-    _, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr and "--resume" in stderr
-    steps = {}
-    for w in (0, 1):
-        assert (run / "checkpoints" / f"worker-{w}.pt").exists()
-        records = [
-            json.loads(line) for line in (run / f"worker-{w}.jsonl").read_text().splitlines()
-        ]
-        steps[w] = max(r["step"] for r in records if "step" in r)
-    resumed = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "--headless", "--resume", str(run), "--quiet"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    assert wait_for(lambda: "resumed" in (run / "worker-1.jsonl").read_text(), 180)
-    os.killpg(resumed.pid, signal.SIGTERM)
-    resumed.communicate(timeout=180)
-    records = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
-    assert [r for r in records if r["kind"] == "resumed"][0]["step"] >= steps[1] - 50
 
 
-def test_bad_worker_count_and_resume_dir(tmp_path):
-    assert_clean_error(
-        launch("--headless", *TINY, "--workers", "0", "--run-dir", str(tmp_path / "a")),
-        "workers must be at least 1",
-    )
-    assert_clean_error(
-        launch("--headless", "--resume", str(tmp_path / "missing")), "not a multi-worker run"
-    )
+def records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def wait_for(predicate, timeout):
@@ -269,47 +240,48 @@ def wait_for(predicate, timeout):
     return False
 
 
+def resume_and_stop(run, sig):
+    """Resume a run until worker 1 reports it resumed, stop it; the step it resumed at."""
+    proc = start("--headless", "--resume", str(run), "--quiet")
+    assert wait_for(lambda: '"resumed"' in (run / "worker-1.jsonl").read_text(), 180)
+    os.killpg(proc.pid, sig)
+    proc.communicate(timeout=180)
+    return [r for r in records(run / "worker-1.jsonl") if r["kind"] == "resumed"][0]["step"]
+
+
+def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = start("--headless", *TWO_WORKERS, "--run-dir", str(run))
+    assert wait_for(lambda: (run / "merge" / "merged.pt").exists(), 180)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in a terminal does: the whole group
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "--resume" in stderr
+    for w in (0, 1):
+        assert (run / "checkpoints" / f"worker-{w}.pt").exists()
+    stopped_at = max(r["step"] for r in records(run / "worker-1.jsonl") if "step" in r)
+    assert resume_and_stop(run, signal.SIGTERM) >= stopped_at - 50
+
+
 def test_kill_9_of_the_whole_program_then_resume(tmp_path):
     run = tmp_path / "run"
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    args = [*TINY, "--workers", "2", "--merge-every", "50", "--checkpoint-every", "150"]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "launch.py"),
-            "--headless",
-            *args,
-            "--steps",
-            "100000",
-            "--run-dir",
-            str(run),
-        ],
-        stderr=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    ckpt = run / "checkpoints" / "worker-1.pt"
-    assert wait_for(lambda: ckpt.exists() and (run / "checkpoints" / "worker-0.pt").exists(), 180)
+    proc = start("--headless", *TWO_WORKERS, "--checkpoint-every", "150", "--run-dir", str(run))
+    checkpoints = [run / "checkpoints" / f"worker-{w}.pt" for w in (0, 1)]
+    assert wait_for(lambda: all(c.exists() for c in checkpoints), 180)
     time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    proc.communicate(timeout=30)
     for w in (0, 1):
-        for line in (run / f"worker-{w}.jsonl").read_text().splitlines():
-            json.loads(line)  # every line that was written is whole
-    saved = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
+        records(run / f"worker-{w}.jsonl")  # every line that was written is whole JSON
+    saved = records(run / "worker-1.jsonl")
     last_checkpoint = max(r["step"] for r in saved if r["kind"] == "checkpoint")
-    resumed = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "--headless", "--resume", str(run), "--quiet"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    assert wait_for(lambda: '"resumed"' in (run / "worker-1.jsonl").read_text(), 180)
-    os.killpg(resumed.pid, signal.SIGINT)
-    resumed.communicate(timeout=180)
-    records = [json.loads(line) for line in (run / "worker-1.jsonl").read_text().splitlines()]
-    assert [r for r in records if r["kind"] == "resumed"][0]["step"] == last_checkpoint
+    assert resume_and_stop(run, signal.SIGINT) == last_checkpoint
+
+
+def test_bad_worker_count_and_resume_dir(tmp_path):
+    bad = launch("--headless", *TINY, "--workers", "0", "--run-dir", str(tmp_path / "a"))
+    assert_clean_error(bad, "workers must be at least 1")
+    assert_clean_error(launch("--headless", "--resume", str(tmp_path / "x")), "not a multi-worker")
 
 
 def test_bench_merge_json():

@@ -7,31 +7,30 @@ import signal
 import time
 
 import pytest
+from conftest import tiny_config
 
-from agent.config import make_config
 from agent.errors import ConfigError, UserError
 from workers.run import Run, RunSettings
 
 
 def tiny(steps: int, **overrides):
+    """conftest's tiny config with short episodes, for runs of a few hundred steps."""
     base = dict(
-        device="cpu",
-        task="cartpole-balance",
-        enc_dim=16,
+        episode_length=50,
+        seed_steps=100,
+        eval_episodes=1,
+        eval_every=0,
+        steps=steps,
         mlp_dim=32,
+        enc_dim=16,
         latent_dim=16,
         batch_size=16,
         num_samples=16,
         num_elites=4,
         num_pi_trajs=2,
         iterations=1,
-        episode_length=50,
-        seed_steps=100,
-        eval_episodes=1,
-        eval_every=0,
-        steps=steps,
     )
-    return make_config(1, **{**base, **overrides})
+    return tiny_config(**{**base, **overrides})
 
 
 def wait_until(predicate, timeout=180.0, poll=0.2):
@@ -80,10 +79,7 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
     assert run.new_events() == []
 
     # Resume continues from the checkpoints with the knobs in force.
-    config = json.loads((run.path / "config.json").read_text())
-    config["config"]["steps"] = 500
-    (run.path / "config.json").write_text(json.dumps(config))
-    resumed = Run.resume(run.path)
+    resumed = Run.resume(run.path, steps=500)
     resumed.start()
     resumed.wait()
     for worker in (0, 1):

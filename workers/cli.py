@@ -111,7 +111,7 @@ def run_workers(args: argparse.Namespace) -> int:
     from workers.run import Run, RunSettings
 
     if args.resume:
-        run = Run.resume(args.resume)
+        run = Run.resume(args.resume, steps=args.steps)
     else:
         cfg = config_from_args(args)
         workers = args.workers + (1 if args.control_worker else 0)

@@ -77,7 +77,8 @@ class Run:
         return run
 
     @classmethod
-    def resume(cls, path: str | Path) -> Run:
+    def resume(cls, path: str | Path, steps: int | None = None) -> Run:
+        """Continue a stopped run from its checkpoints; `steps` raises its total agent steps."""
         path = Path(path)
         try:
             cfg = Config(**json.loads((path / "config.json").read_text())["config"])
@@ -88,6 +89,9 @@ class Run:
             ) from None
         except (ValueError, TypeError, KeyError) as err:
             raise UserError(f"the run record in {path} is damaged ({err})") from None
+        if steps is not None:
+            cfg = dataclasses.replace(cfg, steps=steps)
+            RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
         run.knobs.read()  # a damaged knob record is an error now, not in every worker
         return run
