@@ -268,7 +268,10 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
     run.start_player(240, 320, realtime=True)
     while run.read_frame() is None:
         time.sleep(0.5)
+    first_frame, start = run.read_frame(), time.monotonic()
     with_player = rate(seconds)
+    last_frame = run.read_frame() or first_frame
+    frames = (last_frame[1]["sequence"] - first_frame[1]["sequence"]) / 2
     run.stop()
     return {
         "workers": workers,
@@ -278,6 +281,7 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         "steps_per_s_per_worker_without_player": round(without, 2),
         "steps_per_s_per_worker_with_player": round(with_player, 2),
         "player_cost": round(1 - with_player / without, 3) if without else None,
+        "player_frames_per_s": round(frames / (time.monotonic() - start), 2),
     }
 
 

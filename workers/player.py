@@ -9,6 +9,7 @@ while a frame is being written), so the reader never waits and never sees half a
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -90,6 +91,9 @@ def _newest_weights(run_path: Path) -> tuple[Path, float] | None:
 
 
 def player_main(spec: PlayerSpec, render_paused, stop) -> None:
+    # The showcase is best effort: lowest CPU priority, so it drops frames rather than take
+    # time from the training workers.
+    os.nice(19)
     torch.set_num_threads(1)
     cfg = Config(**spec.cfg)
     env = DMControlEnv(

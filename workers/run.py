@@ -182,6 +182,9 @@ class Run:
             if self._player.is_alive():
                 self._player.kill()
             self._player = None
+        if self._frames is not None:
+            self._frames.close(unlink=True)
+            self._frames = None
 
     # control -----------------------------------------------------------------------
     def set_knobs(self, **changes: object) -> int:
