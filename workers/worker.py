@@ -98,8 +98,11 @@ class WorkerHooks:
             self.trainer._log("error", message=f"knob version {version} refused: {err}")
             self.knob_version = version
             return
-        self.merge_every = int(values.get("merge_every", self.merge_every))
-        self.last_round = max(self.last_round, self.trainer.step // self.merge_every)
+        merge_every = int(values.get("merge_every", self.merge_every))
+        if merge_every != self.merge_every:
+            # Rounds are counted in the new unit from here on, the same way by every worker.
+            self.merge_every = merge_every
+            self.last_round = self.trainer.step // merge_every
         self.knob_version = version
         self.trainer._log("knobs_applied", version=version, values=values)
         self.set(knob_version=version)
