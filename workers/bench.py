@@ -1,5 +1,6 @@
 """`launch.py bench`: time update, plan and env step; FLOP rate against this machine's matmul
-rate; and (--learning) a learning curve compared with the published TD-MPC2 curve."""
+rate; (--learning) a learning curve compared with the published TD-MPC2 curve. The benchmarks
+of the multi-worker run are in bench_run.py; run_bench dispatches to all of them."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of
 from agent.envs import make_env
+from workers.bench_run import live_benchmark, merge_benchmark, merge_gain_benchmark
 from workers.cli import default_run_dir
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
@@ -161,128 +163,6 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         result["reference_update_ms"], result["reference_plan_ms"] = reference
         result["ratio_to_reference"] = round(step_ms / sum(reference), 3)
     return result
-
-
-def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
-    """What one merge costs a worker: publish own weights, read the others', average, write the
-    merged file, load it. The other workers' files are already there (they are not waited for)."""
-    import tempfile
-
-    from workers.merge import FileMergeBackend
-
-    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
-    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    env.close()
-    agent = TDMPC2(cfg, obs_dim, action_dim)
-    state = {k: v.detach().cpu() for k, v in agent.model.state_dict().items()}
-    params = sum(v.numel() for v in state.values())
-    with tempfile.TemporaryDirectory() as tmp:
-        backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
-        times = []
-        for r in range(repeats):
-            for other in range(1, workers):
-                backend.publish(other, r, state)
-            start = time.perf_counter()
-            result = backend.merge(0, r, state)
-            agent.model.load_state_dict(result.merged)
-            _sync(agent.device)
-            times.append((time.perf_counter() - start) * 1000)
-    return {
-        "model_size": cfg.model_size,
-        "workers": workers,
-        "floats_merged": params,
-        "merge_ms": round(statistics.median(times), 1),
-    }
-
-
-def merge_gain_benchmark(
-    cfg: Config, worker_counts: list[int], threshold: float, merge_every: int, run_root: str
-) -> dict:
-    """Agent steps per worker until the workers' mean evaluation return reaches `threshold`,
-    for each worker count, all with the same config. The point of the program."""
-    from workers.run import Run, RunSettings
-
-    results = {}
-    for count in worker_counts:
-        settings = RunSettings(workers=count, merge_every=merge_every, checkpoint_every=10**9)
-        run = Run.create(Path(run_root) / f"workers-{count}", cfg, settings)
-        start = time.monotonic()
-        run.start()
-        run.wait()
-        evals: dict[int, list[float]] = {}
-        for event in run.new_events():
-            if event["kind"] == "eval":
-                evals.setdefault(event["step"], []).append(event["ret"])
-        curve = sorted((step, float(np.mean(r))) for step, r in evals.items() if len(r) == count)
-        reached = next((step for step, ret in curve if ret >= threshold), None)
-        results[count] = {
-            "steps_to_threshold": reached,
-            "curve": curve,
-            "wall_s": round(time.monotonic() - start, 1),
-        }
-    base = results[worker_counts[0]]["steps_to_threshold"]
-    for r in results.values():
-        reached = r["steps_to_threshold"]
-        r["speedup_vs_first"] = round(base / reached, 2) if base and reached else None
-    return {"task": cfg.task, "threshold": threshold, "merge_every": merge_every, "runs": results}
-
-
-def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> dict:
-    """A live multi-worker run: knob-change latency in agent steps, and the showcase player's
-    cost on the workers' steps/s (phases without and with the player, same run)."""
-    from workers.run import Run, RunSettings
-
-    run = Run.create(run_dir, cfg, RunSettings(workers=workers, merge_every=10**6))
-    run.start()
-
-    def steps() -> list[float]:
-        return [w["step"] for w in run.progress()]
-
-    def training() -> bool:
-        return all(w["state"] == "training" for w in run.progress())
-
-    while not training():
-        time.sleep(0.5)
-
-    def rate(duration: float) -> float:
-        first, start = steps(), time.monotonic()
-        time.sleep(duration)
-        return sum(b - a for a, b in zip(first, steps())) / (time.monotonic() - start) / workers
-
-    knob_sets = []
-    for i in range(3):
-        time.sleep(seconds / 6)
-        at = steps()
-        version = run.set_knobs(horizon=4 if i % 2 == 0 else 3)
-        knob_sets.append((version, at))
-    time.sleep(5)
-    applied = {
-        (e["worker"], e["version"]): e["step"]
-        for e in run.new_events()
-        if e["kind"] == "knobs_applied"
-    }
-    lags = [
-        applied[(w, v)] - at[w] for v, at in knob_sets for w in range(workers) if (w, v) in applied
-    ]
-    without = rate(seconds)
-    run.start_player(240, 320, realtime=True)
-    while run.read_frame() is None:
-        time.sleep(0.5)
-    first_frame, start = run.read_frame(), time.monotonic()
-    with_player = rate(seconds)
-    last_frame = run.read_frame() or first_frame
-    frames = (last_frame[1]["sequence"] - first_frame[1]["sequence"]) / 2
-    run.stop()
-    return {
-        "workers": workers,
-        "knob_changes": len(knob_sets),
-        "knob_applied_by": len(lags),
-        "knob_lag_agent_steps_max": max(lags) if lags else None,
-        "steps_per_s_per_worker_without_player": round(without, 2),
-        "steps_per_s_per_worker_with_player": round(with_player, 2),
-        "player_cost": round(1 - with_player / without, 3) if without else None,
-        "player_frames_per_s": round(frames / (time.monotonic() - start), 2),
-    }
 
 
 def print_table(r: dict) -> None:

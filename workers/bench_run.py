@@ -1,0 +1,132 @@
+"""Benchmarks of the multi-worker machinery: merge cost, merging gain, knob lag, player cost."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agent.agent import TDMPC2
+from agent.config import Config
+from agent.envs import make_env
+from workers.merge import FileMergeBackend
+from workers.run import Run, RunSettings
+
+
+def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
+    """What one merge costs a worker: publish own weights, read the others', average, write the
+    merged file, load it. The other workers' files are already there (they are not waited for)."""
+    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
+    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    env.close()
+    agent = TDMPC2(cfg, obs_dim, action_dim)
+    state = {k: v.detach().cpu() for k, v in agent.model.state_dict().items()}
+    params = sum(v.numel() for v in state.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
+        times = []
+        for r in range(repeats):
+            for other in range(1, workers):
+                backend.publish(other, r, state)
+            start = time.perf_counter()
+            result = backend.merge(0, r, state)
+            agent.model.load_state_dict(result.merged)
+            if agent.device.type == "cuda":
+                torch.cuda.synchronize(agent.device)
+            times.append((time.perf_counter() - start) * 1000)
+    return {
+        "model_size": cfg.model_size,
+        "workers": workers,
+        "floats_merged": params,
+        "merge_ms": round(statistics.median(times), 1),
+    }
+
+
+def merge_gain_benchmark(
+    cfg: Config, worker_counts: list[int], threshold: float, merge_every: int, run_root: str
+) -> dict:
+    """Agent steps per worker until the workers' mean evaluation return reaches `threshold`,
+    for each worker count, all with the same config. The point of the program."""
+    results = {}
+    for count in worker_counts:
+        settings = RunSettings(workers=count, merge_every=merge_every, checkpoint_every=10**9)
+        run = Run.create(Path(run_root) / f"workers-{count}", cfg, settings)
+        start = time.monotonic()
+        run.start()
+        run.wait()
+        evals: dict[int, list[float]] = {}
+        for event in run.new_events():
+            if event["kind"] == "eval":
+                evals.setdefault(event["step"], []).append(event["ret"])
+        curve = sorted((step, float(np.mean(r))) for step, r in evals.items() if len(r) == count)
+        reached = next((step for step, ret in curve if ret >= threshold), None)
+        results[count] = {
+            "steps_to_threshold": reached,
+            "curve": curve,
+            "wall_s": round(time.monotonic() - start, 1),
+        }
+    base = results[worker_counts[0]]["steps_to_threshold"]
+    for r in results.values():
+        reached = r["steps_to_threshold"]
+        r["speedup_vs_first"] = round(base / reached, 2) if base and reached else None
+    return {"task": cfg.task, "threshold": threshold, "merge_every": merge_every, "runs": results}
+
+
+def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> dict:
+    """A live multi-worker run: knob-change latency in agent steps, and the showcase player's
+    cost on the workers' steps/s (phases without and with the player, same run)."""
+    run = Run.create(run_dir, cfg, RunSettings(workers=workers, merge_every=10**6))
+    run.start()
+
+    def steps() -> list[float]:
+        return [w["step"] for w in run.progress()]
+
+    def training() -> bool:
+        return all(w["state"] == "training" for w in run.progress())
+
+    while not training():
+        time.sleep(0.5)
+
+    def rate(duration: float) -> float:
+        first, start = steps(), time.monotonic()
+        time.sleep(duration)
+        return sum(b - a for a, b in zip(first, steps())) / (time.monotonic() - start) / workers
+
+    knob_sets = []
+    for i in range(3):
+        time.sleep(seconds / 6)
+        at = steps()
+        version = run.set_knobs(horizon=4 if i % 2 == 0 else 3)
+        knob_sets.append((version, at))
+    time.sleep(5)
+    applied = {
+        (e["worker"], e["version"]): e["step"]
+        for e in run.new_events()
+        if e["kind"] == "knobs_applied"
+    }
+    lags = [
+        applied[(w, v)] - at[w] for v, at in knob_sets for w in range(workers) if (w, v) in applied
+    ]
+    without = rate(seconds)
+    run.start_player(240, 320, realtime=True)
+    while run.read_frame() is None:
+        time.sleep(0.5)
+    first_frame, start = run.read_frame(), time.monotonic()
+    with_player = rate(seconds)
+    last_frame = run.read_frame() or first_frame
+    frames = (last_frame[1]["sequence"] - first_frame[1]["sequence"]) / 2
+    run.stop()
+    return {
+        "workers": workers,
+        "knob_changes": len(knob_sets),
+        "knob_applied_by": len(lags),
+        "knob_lag_agent_steps_max": max(lags) if lags else None,
+        "steps_per_s_per_worker_without_player": round(without, 2),
+        "steps_per_s_per_worker_with_player": round(with_player, 2),
+        "player_cost": round(1 - with_player / without, 3) if without else None,
+        "player_frames_per_s": round(frames / (time.monotonic() - start), 2),
+    }
