@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """TD-MPC2 Live: `python3 launch.py` sets itself up on first use, then runs.
 
+    python3 launch.py                      # the window, training a demo preset
+    python3 launch.py --attach runs/X      # the window on a run that is going on
     python3 launch.py --headless --task cartpole-balance --model-size 1 --steps 20000
     python3 launch.py bench [--model-size 5] [--json] [--learning]
 
@@ -70,9 +72,12 @@ def main() -> int:
     if sys.argv[1:] == ["--setup-only"]:
         return 0
     sys.path.insert(0, str(ROOT))
-    from workers.cli import main as cli_main
-
-    return cli_main(sys.argv[1:])
+    argv = sys.argv[1:]
+    if argv[:1] == ["bench"] or "--headless" in argv:
+        from workers.cli import main as cli_main
+    else:
+        from viewer.main import main as cli_main
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

@@ -204,9 +204,14 @@ def test_bench_json_has_the_promised_fields():
         assert data[key] > 0, key
 
 
-def test_window_without_headless_says_so():
-    result = launch("--task", "cartpole-balance")
-    assert_clean_error(result, "--headless")
+def test_window_refuses_bad_input_before_it_opens(tmp_path, monkeypatch):
+    # A display that does not exist: bad input must be reported before anything touches it.
+    monkeypatch.setenv("DISPLAY", ":987")
+    assert_clean_error(launch("--task", "walker-sprint"), "walker-walk")
+    assert_clean_error(launch("--attach", str(tmp_path / "nothing")), "run directory")
+    assert_clean_error(launch("--workers", "0", "--run-dir", str(tmp_path / "r")), "workers")
+    assert_clean_error(launch("--headless", "--attach", str(tmp_path)), "leave out --headless")
+    assert not (tmp_path / "r").exists()
 
 
 TWO_WORKERS = [*TINY, "--workers", "2", "--merge-every", "50", "--steps", "100000"]

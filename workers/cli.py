@@ -10,10 +10,13 @@ from dataclasses import fields
 from pathlib import Path
 
 from agent.config import Config, field_docs, make_config
+from agent.envs import resolve_task
 from agent.errors import UserError
+from workers.presets import Preset, preset_config
 
 # Flags with their own handling (not plain Config overrides).
 _SPECIAL = {"model_size", "task", "steps", "seed", "device"}
+DEFAULT_TASK, DEFAULT_SIZE = "walker-walk", 5
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
@@ -34,9 +37,11 @@ def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozense
             )
 
 
-def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
-    parser.add_argument("--task", default=task, help="DMControl task, e.g. walker-walk")
-    parser.add_argument("--model-size", type=int, default=5, help="preset: 1, 5, 19 or 48")
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", default=None, help=f"DMControl task (default {DEFAULT_TASK})")
+    parser.add_argument(
+        "--model-size", type=int, default=None, help=f"1, 5, 19 or 48 (default {DEFAULT_SIZE})"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
 
@@ -44,22 +49,28 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="launch.py",
-        description="TD-MPC2 Live. Without --headless the window opens (viewer issue).",
+        description="TD-MPC2 Live: watch TD-MPC2 learn and tune its knobs while it runs. "
+        "Without flags the window opens and trains a demo preset; --headless trains without it.",
     )
     parser.add_argument("--headless", action="store_true", help="train without a window")
-    _add_common(parser, "walker-walk")
+    _add_common(parser)
     parser.add_argument("--steps", type=int, default=None, help="agent steps to train")
     parser.add_argument("--run-dir", default=None, help="run directory (default runs/TASK-TIME)")
     parser.add_argument("--load", default=None, help="start from the weights in this file")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     multi = parser.add_argument_group("merged-weight workers")
     multi.add_argument("--workers", type=int, default=None, help="worker processes (N >= 1)")
-    multi.add_argument("--merge-every", type=int, default=2500, help="agent steps between merges")
+    multi.add_argument(
+        "--merge-every", type=int, default=None, help="agent steps between merges (2500)"
+    )
     multi.add_argument(
         "--control-worker", action="store_true", help="one extra worker never merges"
     )
     multi.add_argument("--checkpoint-every", type=int, default=10_000, help="agent steps")
     multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
+    parser.add_argument(
+        "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
+    )
     _add_config_flags(parser)
     return parser
 
@@ -68,7 +79,7 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="launch.py bench", description="time update, plan, env step"
     )
-    _add_common(parser, "walker-walk")
+    _add_common(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--repeats", type=int, default=10, help="timed runs (median is reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs first")
@@ -87,16 +98,29 @@ def build_bench_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
+def demo_requested(args: argparse.Namespace) -> bool:
+    """Neither a task nor a model size given: the window starts its demo preset."""
+    return args.task is None and args.model_size is None
+
+
+def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> Config:
+    """The config the flags ask for: defaults (walker-walk, 5M) or `preset`, flags on top."""
     overrides = {
         f.name: getattr(args, f.name)
         for f in fields(Config)
         if f.name not in _SPECIAL and getattr(args, f.name, None) is not None
     }
-    overrides.update(task=args.task, seed=args.seed, device=args.device)
+    overrides.update(seed=args.seed, device=args.device)
     if getattr(args, "steps", None) is not None:
         overrides["steps"] = args.steps
-    return make_config(args.model_size, **overrides)
+    if preset is not None:
+        cfg = preset_config(preset, **overrides)
+    else:
+        cfg = make_config(
+            args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
+        )
+    resolve_task(cfg.task)  # an unknown name fails now, with the list of names
+    return cfg
 
 
 def default_run_dir(task: str) -> Path:
@@ -117,7 +141,7 @@ def run_workers(args: argparse.Namespace) -> int:
         workers = args.workers + (1 if args.control_worker else 0)
         settings = RunSettings(
             workers=workers,
-            merge_every=args.merge_every,
+            merge_every=2500 if args.merge_every is None else args.merge_every,
             control_worker=args.control_worker,
             checkpoint_every=args.checkpoint_every,
         )
@@ -149,12 +173,10 @@ def run_workers(args: argparse.Namespace) -> int:
 
 
 def run_headless(args: argparse.Namespace) -> int:
-    from agent.envs import resolve_task
     from workers.rundir import RunDir
     from workers.trainer import Trainer
 
     cfg = config_from_args(args)
-    resolve_task(cfg.task)
     run_dir = RunDir.create(args.run_dir or default_run_dir(cfg.task))
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     trainer = Trainer(cfg, run_dir, load_weights=args.load, progress=not args.quiet)
@@ -183,11 +205,9 @@ def main(argv: list[str]) -> int:
             return run_bench(args, config_from_args(args))
         args = build_parser().parse_args(argv)
         if not args.headless:
-            print(
-                "error: the window is not built yet; use --headless to train without it",
-                file=sys.stderr,
-            )
-            return 2
+            raise UserError("the window is opened by launch.py (this entry point is headless)")
+        if args.attach:
+            raise UserError("--attach watches a run in the window: leave out --headless")
         if args.workers is not None or args.resume:
             return run_workers(args)
         return run_headless(args)

@@ -7,8 +7,9 @@ own Adam moments, buffer and RNG. A worker whose weights are not finite is left 
 The file backend (one machine): each worker writes its weights for merge round r into
 merge/worker-K.pt (atomic rename, under a file lock), waits a bounded time for the others to
 reach round r, averages the set it found and writes merge/merged.pt. A slow or dead worker is
-left out of that round, never waited for past the timeout. A torch.distributed backend only has
-to implement `merge` with an all-reduce.
+left out of that round, never waited for past the timeout. Each file also records the agent
+step of its weights (merged.pt: the largest among the participants), which the showcase shows.
+A torch.distributed backend only has to implement `merge` with an all-reduce.
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ class MergeResult:
 
 
 class MergeBackend(Protocol):
-    def merge(self, worker: int, round_: int, state: State) -> MergeResult | None:
-        """Contribute `state` to merge round `round_`; the average, or None if own state is bad."""
+    def merge(
+        self, worker: int, round_: int, state: State, step: int | None = None
+    ) -> MergeResult | None:
+        """Contribute `state` (trained for `step` agent steps) to merge round `round_`; the
+        average, or None if own state is bad."""
         ...
 
 
@@ -93,40 +97,50 @@ class FileMergeBackend:
     def _lock(self, path: Path) -> FileLock:
         return FileLock(str(path) + ".lock", timeout=self.timeout_s)
 
-    def publish(self, worker: int, round_: int, state: State) -> None:
+    def publish(self, worker: int, round_: int, state: State, step: int | None = None) -> None:
         path = self._path(worker)
         payload = {
             "round": round_,
             "time": time.time(),
             "model": {k: v.cpu() for k, v in state.items()},
         }
+        if step is not None:  # the showcase labels these weights with their agent step
+            payload["step"] = int(step)
         with self._lock(path):
             save_state(path, payload)
 
-    def read(self, worker: int) -> tuple[int, State] | str:
-        """(round, weights) of a worker's newest file, or the reason it cannot be used."""
+    def _read(self, worker: int) -> tuple[int, State, int | None] | str:
         path = self._path(worker)
         if not path.exists():
             return "no weights yet"
         try:
             with self._lock(path):
                 payload = load_state(path)
-            return int(payload["round"]), payload["model"]
+            step = payload.get("step")
+            return int(payload["round"]), payload["model"], None if step is None else int(step)
         except (WeightsError, KeyError, TypeError, ValueError) as err:
             return f"unreadable weights file ({err})"
 
-    def merge(self, worker: int, round_: int, state: State) -> MergeResult | None:
+    def read(self, worker: int) -> tuple[int, State] | str:
+        """(round, weights) of a worker's newest file, or the reason it cannot be used."""
+        entry = self._read(worker)
+        return entry if isinstance(entry, str) else entry[:2]
+
+    def merge(
+        self, worker: int, round_: int, state: State, step: int | None = None
+    ) -> MergeResult | None:
         if not is_finite(state):
             return None
-        self.publish(worker, round_, state)
+        self.publish(worker, round_, state, step)
         deadline = time.monotonic() + self.timeout_s
         while True:
             found: dict[int, State] = {worker: state}
+            steps = {worker: step}
             left_out: dict[int, str] = {}
             for other in self.workers:
                 if other == worker:
                     continue
-                entry = self.read(other)
+                entry = self._read(other)
                 if isinstance(entry, str):
                     left_out[other] = entry
                 elif entry[0] < round_:
@@ -134,7 +148,7 @@ class FileMergeBackend:
                 elif not is_finite(entry[1]):
                     left_out[other] = "non-finite weights"
                 else:
-                    found[other] = entry[1]
+                    found[other], steps[other] = entry[1], entry[2]
             waiting = [w for w, why in left_out.items() if why.startswith(("behind", "no weights"))]
             if not waiting or time.monotonic() >= deadline:
                 break
@@ -152,15 +166,16 @@ class FileMergeBackend:
             left_out=left_out,
             distances={w: distance(s, merged) for w, s in found.items()},
         )
+        payload = {
+            "round": round_,
+            "time": time.time(),
+            "participants": result.participants,
+            "model": merged,
+        }
+        known = [s for s in steps.values() if s is not None]
+        if known:  # the merged weights are as trained as the furthest participant
+            payload["step"] = max(known)
         merged_path = self.dir / "merged.pt"
         with self._lock(merged_path):
-            save_state(
-                merged_path,
-                {
-                    "round": round_,
-                    "time": time.time(),
-                    "participants": result.participants,
-                    "model": merged,
-                },
-            )
+            save_state(merged_path, payload)
         return result

@@ -1,19 +1,23 @@
-"""The showcase player: a process that plays the newest merged policy and renders it offscreen.
+"""The showcase player: a process that plays a policy of the run and renders it offscreen.
 
-It reloads merge/merged.pt whenever the file changes (before the first merge it plays worker 0's
-checkpoint, or the untrained model), acts with the planner in evaluation mode at real-time pace
-(or as fast as it can), writes each rendered frame into shared memory and logs each episode's
-return to player.jsonl. Frames are a latest-wins snapshot guarded by a sequence counter (odd
-while a frame is being written), so the reader never waits and never sees half a frame.
-"""
+It shows the merged weights (merge/merged.pt; before the first merge worker 0's checkpoint, or
+the untrained model) or, when asked, one worker's newest weights, reloading them at each episode
+start when the file changed. The camera, the source and an episode reset are shared values the
+run changes while the player runs. It acts with the planner in evaluation mode at real-time pace
+(or as fast as it can), writes each rendered frame into shared memory and logs each finished
+episode's return to player.jsonl. Frames are a latest-wins snapshot guarded by a sequence
+counter (odd while a frame is being written), so the reader never waits and never sees half a
+frame."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +28,11 @@ from agent.envs import DMControlEnv
 from agent.errors import WeightsError
 from workers.rundir import RunDir, load_state
 
-HEADER = 8  # int64 fields: sequence, height, width, episode, step, weights_round, return x1000, 0
+# int64 header slots: sequence, height, width, then the frame info (INFO fields in order), the
+# rest reserved so fields can be added without changing the layout of those before them.
+HEADER = 16
+INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weights_step")
+_INFO_AT = 3  # first info slot
 
 
 class FrameBuffer:
@@ -40,10 +48,21 @@ class FrameBuffer:
             self.header[1:3] = (height, width)
         self.name, self.height, self.width = self.shm.name, height, width
 
-    def write(self, frame: np.ndarray, episode: int, step: int, weights_round: int, ret: float):
+    def write(
+        self,
+        frame: np.ndarray,
+        episode: int,
+        step: int,
+        weights_round: int,
+        ret: float,
+        camera: int = 0,
+        source: int = -1,
+        weights_step: int = -1,
+    ) -> None:
         self.header[0] += 1  # odd: writing
         self.pixels[:] = frame
-        self.header[3:7] = (episode, step, weights_round, int(ret * 1000))
+        info = (episode, step, weights_round, int(ret * 1000), camera, source, weights_step)
+        self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
         self.header[0] += 1  # even: complete
 
     def read(self) -> tuple[np.ndarray, dict] | None:
@@ -52,17 +71,13 @@ class FrameBuffer:
         if seq == 0 or seq % 2:
             return None
         frame = self.pixels.copy()
-        info = self.header[3:7].copy()
+        values = self.header[_INFO_AT : _INFO_AT + len(INFO)].copy()
         if int(self.header[0]) != seq:
             return None
-        episode, step, weights_round, ret = (int(v) for v in info)
-        return frame, {
-            "episode": episode,
-            "step": step,
-            "weights_round": weights_round,
-            "return": ret / 1000,
-            "sequence": seq,
-        }
+        info: dict = dict(zip(INFO, (int(v) for v in values)))
+        info["return"] /= 1000
+        info["sequence"] = seq
+        return frame, info
 
     def close(self, unlink: bool = False) -> None:
         del self.header, self.pixels
@@ -79,22 +94,149 @@ class PlayerSpec:
     height: int
     width: int
     realtime: bool = True
-    camera_id: int = 0
+    camera_id: int = 0  # used only when player_main gets no controls
     max_fps: float = 30.0  # rendering is the player's main cost: cap it, skip frames beyond it
+    cpu_share: float = 0.0  # most CPU time per second it may use (cores); 0: no limit
 
 
-def _newest_weights(run_path: Path) -> tuple[Path, float] | None:
-    for path in (run_path / "merge" / "merged.pt", run_path / "checkpoints" / "worker-0.pt"):
-        if path.exists():
-            return path, path.stat().st_mtime
-    return None
+class CpuBudget:
+    """Keeps a process under `share` cores of CPU time by sleeping when it gets ahead.
+
+    A priority alone does not work for the showcase: at the lowest priority it is starved by
+    workers that keep every core busy (no frames at all), at normal priority it takes a worker's
+    share. With a budget it plays (in slow motion when it must) and costs at most its share.
+    """
+
+    def __init__(self, share: float, window_s: float = 10.0):
+        self.share, self.window_s = share, window_s
+        self._restart()
+
+    def _restart(self) -> None:
+        self.cpu0, self.wall0 = time.process_time(), time.monotonic()
+
+    def throttle(self) -> float:
+        """Sleep as long as needed to be back within budget; returns the seconds slept."""
+        if self.share <= 0:
+            return 0.0
+        ahead = (time.process_time() - self.cpu0) / self.share - (time.monotonic() - self.wall0)
+        if ahead > 0:
+            time.sleep(ahead)
+        if time.monotonic() - self.wall0 > self.window_s:
+            self._restart()
+        return max(0.0, ahead)
 
 
-def player_main(spec: PlayerSpec, render_paused, stop) -> None:
-    # The showcase is best effort: lowest CPU priority, so it drops frames rather than take
-    # time from the training workers.
-    os.nice(19)
+@dataclass
+class ShowcaseControls:
+    """What the run changes while the player plays; read every player step, so a change shows
+    within one step without restarting the player (ctx.Value("i") / ctx.Event objects)."""
+
+    camera: Any  # dm_control camera id; -1 is MuJoCo's free camera
+    source: Any  # -1: the merged weights, k: worker k's newest weights
+    reset: Any  # set: end the current episode now and start a new one
+
+
+def task_cameras(task: str) -> list[str]:
+    """A task's camera names in id order ("camera K" for an unnamed one)."""
+    env = DMControlEnv(task)  # loads the MuJoCo model only; no renderer until render()
+    try:
+        model = env.physics.model
+        return [model.id2name(i, "camera") or f"camera {i}" for i in range(model.ncam)]
+    finally:
+        env.close()
+
+
+def merged_file(run_path: Path) -> Path:
+    return run_path / "merge" / "merged.pt"
+
+
+def worker_files(run_path: Path, worker: int) -> tuple[Path, Path]:
+    """Worker k's weights as it merged them last, and its last checkpoint."""
+    name = f"worker-{worker}.pt"
+    return run_path / "merge" / name, run_path / "checkpoints" / name
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # missing, or replaced between two calls
+        return None
+
+
+def weights_file(run_path: Path, source: int) -> tuple[Path, float] | None:
+    """(file, mtime) of the weights to show for a source, or None: nothing yet (untrained).
+
+    Merged (-1): merge/merged.pt, before the first merge worker 0's checkpoint. Worker k: the
+    newer of its last merge contribution and its last checkpoint.
+    """
+    if source < 0:
+        for path in (merged_file(run_path), worker_files(run_path, 0)[1]):
+            mtime = _mtime(path)
+            if mtime is not None:
+                return path, mtime
+        return None
+    found = [(p, m) for p in worker_files(run_path, source) if (m := _mtime(p)) is not None]
+    return max(found, key=lambda pm: pm[1]) if found else None
+
+
+def model_weights(state: dict) -> tuple[dict, int, int]:
+    """(model state dict, merge round, agent step) of a merge file or a worker checkpoint.
+
+    Merge files hold {"model", "round", "step"} (files from before steps were stored: step -1);
+    checkpoints hold the whole trainer state, the model inside "agent", and no round (-1).
+    """
+    if "model" in state:
+        step = state.get("step")
+        return state["model"], int(state.get("round", -1)), -1 if step is None else int(step)
+    return state["agent"]["model"], -1, int(state["step"])
+
+
+class _ShownWeights:
+    """Keeps the player's model on the newest weights of the chosen source."""
+
+    def __init__(self, agent: TDMPC2, run_path: Path, log: RunDir):
+        self.agent, self.run_path, self.log = agent, run_path, log
+        # Kept to show "untrained" again when switching to a source with no weights yet.
+        self.untrained = {k: v.clone() for k, v in agent.model.state_dict().items()}
+        self.loaded: tuple | None = None  # (source, path, mtime) now in the model
+        self.source, self.round, self.step = -1, -1, -1
+
+    def refresh(self, source: int) -> None:
+        """Load the source's newest weights unless they are the ones already loaded."""
+        found = weights_file(self.run_path, source)
+        key = (source, *found) if found else (source, None, None)
+        if key == self.loaded:
+            return
+        switched = self.loaded is None or self.loaded[0] != source
+        self.loaded, self.source = key, source
+        if found is None:
+            self.agent.model.load_state_dict(self.untrained)
+            self.round, self.step = -1, -1
+            return
+        try:
+            state = load_state(found[0], self.agent.device)
+            model, round_, step = model_weights(state)
+            self.agent.model.load_state_dict(model)
+            self.round, self.step = round_, step
+        except (WeightsError, KeyError, RuntimeError, TypeError, ValueError) as err:
+            self.log.log("error", message=f"showcase could not load {found[0]}: {err}")
+            if switched:  # never show another source's weights under this source's name
+                self.agent.model.load_state_dict(self.untrained)
+                self.round, self.step = -1, -1
+
+
+def player_main(
+    spec: PlayerSpec, render_paused, stop, controls: ShowcaseControls | None = None
+) -> None:
+    # The showcase is best effort: below the workers' priority, and within a CPU budget, so it
+    # slows down rather than take time from training.
+    os.nice(10)
+    os.environ.setdefault("LP_NUM_THREADS", "1")  # software GL: one render thread, not all cores
     torch.set_num_threads(1)
+    parent = os.getppid()
+    budget = CpuBudget(spec.cpu_share)
+    if controls is None:
+        controls = ShowcaseControls(mp.Value("i", spec.camera_id), mp.Value("i", -1), mp.Event())
     cfg = Config(**spec.cfg)
     env = DMControlEnv(
         cfg.task,
@@ -102,44 +244,58 @@ def player_main(spec: PlayerSpec, render_paused, stop) -> None:
         cfg.action_repeat,
         cfg.episode_length,
         render_size=(spec.height, spec.width),
-        camera_id=spec.camera_id,
     )
     agent = TDMPC2(cfg, env.observation_space.shape[0], env.action_space.shape[0])
     frames = FrameBuffer(spec.height, spec.width, spec.frame_name, create=False)
     log = RunDir(spec.run_path, metrics="player.jsonl")
-    run_path = Path(spec.run_path)
+    shown = _ShownWeights(agent, Path(spec.run_path), log)
     step_seconds = env.physics.timestep() * cfg.action_repeat
-    loaded_mtime, weights_round, episode, last_render = None, -1, 0, 0.0
+    episode, last_render = 0, 0.0
     try:
-        while not stop.is_set():
-            newest = _newest_weights(run_path)
-            if newest is not None and newest[1] != loaded_mtime:
-                try:
-                    state = load_state(newest[0], agent.device)
-                    agent.model.load_state_dict(
-                        state["model"] if "model" in state else state["agent"]["model"]
-                    )
-                    weights_round = int(state.get("round", -1))
-                    loaded_mtime = newest[1]
-                except (WeightsError, KeyError, RuntimeError) as err:
-                    log.log("error", message=f"showcase could not load {newest[0].name}: {err}")
-                    loaded_mtime = newest[1]
+        while not stop.is_set() and os.getppid() == parent:
+            # A reset asked for while the last episode was ending is served by this new one.
+            controls.reset.clear()
+            shown.refresh(controls.source.value)
             obs, _ = env.reset(seed=cfg.seed + episode)
             total, done, t, t0 = 0.0, False, 0, True
             next_time = time.monotonic()
             while not done and not stop.is_set():
+                # A new source ends the episode too, so an episode's return is one policy's.
+                if controls.reset.is_set() or controls.source.value != shown.source:
+                    break
                 action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
                 obs, reward, terminated, truncated, _ = env.step(action.numpy())
                 total, t, t0, done = total + reward, t + 1, False, terminated or truncated
                 now = time.monotonic()
                 if not render_paused.is_set() and now - last_render >= 1.0 / spec.max_fps:
                     last_render = now
-                    frames.write(env.render(), episode, t, weights_round, total)
+                    camera = controls.camera.value
+                    frames.write(
+                        env.render(camera_id=camera),
+                        episode,
+                        t,
+                        shown.round,
+                        total,
+                        camera=camera,
+                        source=shown.source,
+                        weights_step=shown.step,
+                    )
+                budget.throttle()
                 if spec.realtime:
-                    next_time += step_seconds
+                    # Behind real time (slow CPU or budget): go on from now, no catch-up burst.
+                    next_time = max(next_time + step_seconds, time.monotonic() - step_seconds)
                     time.sleep(max(0.0, next_time - time.monotonic()))
+                if os.getppid() != parent:  # the run's process died (kill -9): no orphan
+                    break
             if done:
-                log.log("showcase_episode", episode=episode, ret=total, weights_round=weights_round)
+                log.log(
+                    "showcase_episode",
+                    episode=episode,
+                    ret=total,
+                    weights_round=shown.round,
+                    source=shown.source,
+                    weights_step=shown.step,
+                )
             episode += 1
     finally:
         log.close()

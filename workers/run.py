@@ -5,26 +5,39 @@ The headless command, the tests and the viewer all use this class:
     run = Run.create(path, cfg, workers=2, merge_every=2500)   # or Run.resume(path)
     run.start(); run.set_knobs(horizon=5); run.progress(); run.new_events()
     run.pause(); run.resume_training(); run.checkpoint(); run.stop()
+    run.start_player(); run.set_showcase(camera=1, source=-1); run.read_frame()
+
+Run.attach(path) gives the same reading, knob and showcase API over a run that another process
+started (e.g. `launch.py --headless --workers 2`); it owns no workers, so it cannot pause, stop
+or checkpoint them, and derives progress from the workers' metrics records instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import multiprocessing as mp
+import numbers
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.agent import resolve_device
 from agent.config import Config
 from agent.envs import resolve_task
 from agent.errors import ConfigError, UserError
 from workers.knobs import KnobStore
-from workers.player import FrameBuffer, PlayerSpec, player_main
+from workers.player import FrameBuffer, PlayerSpec, ShowcaseControls, player_main, task_cameras
 from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
 RUN_FILE = "run.json"
+DEFAULT_SHARE = 0.15  # showcase CPU budget (cores) when training on the CPU
+ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
+PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called
+ATTACHED = "this run is attached: pause/stop/checkpoint it from the process that started it"
 
 
 @dataclass(frozen=True)
@@ -52,18 +65,115 @@ class _Process:
     snapshot: object
 
 
+@dataclass
+class _Seen:
+    """A worker's latest values as its metrics records pass by: an attached run's progress."""
+
+    step: float = 0.0
+    steps_per_s: float = 0.0
+    last_return: float = math.nan
+    knob_version: float = -1.0
+    merges: float = 0.0
+    updates: float = 0.0
+    heartbeat: float = 0.0  # time of the newest record (the writer's clock, this machine)
+    ended: str | None = None  # "done", "stopped" or "crashed" once such a record was seen
+
+    def see(self, event: dict) -> None:
+        def number(key: str) -> float | None:
+            value = event.get(key)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return float(value) if ok else None
+
+        kind = event.get("kind")
+        if (step := number("step")) is not None:
+            self.step = step
+        if (when := number("time")) is not None:
+            self.heartbeat = max(self.heartbeat, when)
+        # A worker logs its checkpoint after its stop record; anything else means it runs again.
+        if kind not in ("stop", "checkpoint", "error"):
+            self.ended = None
+        if kind == "episode" and (ret := number("ret")) is not None:
+            self.last_return = ret
+        elif kind == "train":
+            rate, updates = number("steps_per_s"), number("updates")
+            self.steps_per_s = self.steps_per_s if rate is None else rate
+            self.updates = self.updates if updates is None else updates
+        elif kind == "knobs_applied" and (version := number("version")) is not None:
+            self.knob_version = version
+        elif kind == "merge":
+            self.merges += 1
+        elif kind == "stop":
+            self.ended = "done" if event.get("reason") == "done" else "stopped"
+        elif kind == "error" and "traceback" in event:  # the worker's own crash, not a refusal
+            self.ended = "crashed"
+
+    def progress(self, worker: int) -> dict:
+        if self.ended is not None:
+            state = self.ended
+        elif time.time() - self.heartbeat < ATTACHED_IDLE_S:
+            state = "attached-running"
+        else:
+            state = "attached-idle"
+        values = {f: getattr(self, f) for f in SNAPSHOT_FIELDS if f != "state"}
+        # alive is a guess here (the process is another's): heard from within ATTACHED_IDLE_S.
+        alive = state == "attached-running"
+        return {"worker": worker, "state": state, "alive": alive, "exitcode": None, **values}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _read_record(path: Path) -> tuple[Config, RunSettings]:
+    """The config and settings of a multi-worker run directory (UserError if it is not one)."""
+    try:
+        cfg = Config(**json.loads((path / "config.json").read_text())["config"])
+        settings = RunSettings(**json.loads((path / RUN_FILE).read_text()))
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(
+            f"{path} is not a multi-worker run directory (no config.json or run.json)"
+        ) from None
+    except (ValueError, TypeError, KeyError) as err:
+        raise UserError(f"the run record in {path} is damaged ({err})") from None
+    return cfg, settings
+
+
 class Run:
-    def __init__(self, path: Path, cfg: Config, settings: RunSettings, resumed: bool):
+    def __init__(
+        self,
+        path: Path,
+        cfg: Config,
+        settings: RunSettings,
+        resumed: bool,
+        attached: bool = False,
+    ):
         self.path, self.cfg, self.settings, self.resumed = path, cfg, settings, resumed
+        self._attached = attached
         self.knobs = KnobStore(path)
         self._ctx = mp.get_context("spawn")
         self._pause, self._stop, self._checkpoint = (self._ctx.Event() for _ in range(3))
         self._procs: dict[int, _Process] = {}
         self._offsets: dict[str, int] = {}
+        self._pending: deque[dict] = deque(maxlen=PENDING_MAX)
+        self._seen = {index: _Seen() for index in range(settings.workers)}
         self._reported_dead: set[int] = set()
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = self._ctx.Event(), self._ctx.Event()
+        # Showcase controls: shared with the player, so changes apply within one player step.
+        self._showcase = ShowcaseControls(
+            self._ctx.Value("i", 0), self._ctx.Value("i", -1), self._ctx.Event()
+        )
+        self._camera_names: list[str] | None = None
+
+    @property
+    def attached(self) -> bool:
+        """True for a view of a run another process started (Run.attach)."""
+        return self._attached
+
+    def _owned_only(self) -> None:
+        if self._attached:
+            raise UserError(ATTACHED)
 
     # creation ----------------------------------------------------------------------
     @classmethod
@@ -80,20 +190,22 @@ class Run:
     def resume(cls, path: str | Path, steps: int | None = None) -> Run:
         """Continue a stopped run from its checkpoints; `steps` raises its total agent steps."""
         path = Path(path)
-        try:
-            cfg = Config(**json.loads((path / "config.json").read_text())["config"])
-            settings = RunSettings(**json.loads((path / RUN_FILE).read_text()))
-        except FileNotFoundError:
-            raise UserError(
-                f"{path} is not a multi-worker run directory (no config.json or run.json)"
-            ) from None
-        except (ValueError, TypeError, KeyError) as err:
-            raise UserError(f"the run record in {path} is damaged ({err})") from None
+        cfg, settings = _read_record(path)
         if steps is not None:
             cfg = dataclasses.replace(cfg, steps=steps)
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
         run.knobs.read()  # a damaged knob record is an error now, not in every worker
+        return run
+
+    @classmethod
+    def attach(cls, path: str | Path) -> Run:
+        """A view of a run that another process is running: events, progress, knobs and the
+        showcase work; pause, stop, checkpoint and restarts stay with that process."""
+        path = Path(path)
+        cfg, settings = _read_record(path)
+        run = cls(path, cfg, settings, resumed=True, attached=True)
+        run.knobs.read()
         return run
 
     # processes ---------------------------------------------------------------------
@@ -126,11 +238,13 @@ class Run:
         self._procs[spec.index] = _Process(spec, process, snapshot)
 
     def start(self) -> None:
+        self._owned_only()
         for index in range(self.settings.workers):
             self._spawn(self._spec(index, resume=self.resumed))
 
     def restart_worker(self, index: int) -> None:
         """Start a dead worker again: from its checkpoint if any, else from the merged weights."""
+        self._owned_only()
         old = self._procs.get(index)
         if old is not None and old.process.is_alive():
             raise UserError(f"worker {index} is still running")
@@ -138,9 +252,19 @@ class Run:
         self._spawn(self._spec(index, resume=True, from_merged=True))
 
     def start_player(
-        self, height: int = 240, width: int = 320, realtime: bool = True, max_fps: float = 30.0
+        self,
+        height: int = 240,
+        width: int = 320,
+        realtime: bool = True,
+        max_fps: float = 30.0,
+        cpu_share: float | None = None,
     ) -> None:
-        """Start the showcase player, rendering frames of the size the reader asks for."""
+        """Start the showcase player, rendering frames of the size the reader asks for.
+
+        `cpu_share` caps its CPU time (cores); by default 0.15 when the workers train on the
+        CPU (it then plays in slow motion rather than slow them) and no cap with a GPU."""
+        if cpu_share is None:
+            cpu_share = 0.0 if resolve_device(self.cfg.device).type == "cuda" else DEFAULT_SHARE
         if self._player is not None and self._player.is_alive():
             raise UserError("the showcase player is already running")
         if not (16 <= height <= 2160 and 16 <= width <= 3840):
@@ -151,6 +275,7 @@ class Run:
             self._frames.close(unlink=True)
         self._frames = FrameBuffer(height, width)
         self._player_stop.clear()
+        self._showcase.reset.clear()  # a reset asked for while no player ran is void
         spec = PlayerSpec(
             str(self.path),
             dataclasses.asdict(self.cfg),
@@ -159,14 +284,52 @@ class Run:
             width,
             realtime,
             max_fps=max_fps,
+            cpu_share=cpu_share,
         )
         self._player = self._ctx.Process(
             target=player_main,
-            args=(spec, self._render_paused, self._player_stop),
+            args=(spec, self._render_paused, self._player_stop, self._showcase),
             name="tdmpc2-showcase",
             daemon=True,
         )
         self._player.start()
+
+    def camera_names(self) -> list[str]:
+        """The task's cameras in id order (the ids set_showcase takes); -1, MuJoCo's free
+        camera, is not listed."""
+        if self._camera_names is None:
+            self._camera_names = task_cameras(self.cfg.task)
+        return list(self._camera_names)
+
+    def set_showcase(self, camera: int | None = None, source: int | None = None) -> None:
+        """Choose the showcase camera (an id of camera_names(), or -1: the free camera) and the
+        weights it plays (-1: merged, k: worker k's newest). Applies within one player step,
+        also to a player started later; an out-of-range value changes nothing."""
+        if camera is not None:
+            last = len(self.camera_names()) - 1
+            if not _is_int(camera) or not -1 <= camera <= last:
+                raise ConfigError(
+                    f"camera must be in [-1, {last}] (-1: the free camera; the cameras of "
+                    f"{self.cfg.task}: {', '.join(self.camera_names()) or 'none'}), got {camera!r}"
+                )
+        if source is not None:
+            last = self.settings.workers - 1
+            if not _is_int(source) or not -1 <= source <= last:
+                raise ConfigError(
+                    f"source must be -1 (merged weights) or a worker in [0, {last}], got {source!r}"
+                )
+        if camera is not None:
+            self._showcase.camera.value = int(camera)
+        if source is not None:
+            self._showcase.source.value = int(source)
+
+    def showcase_settings(self) -> dict[str, int]:
+        """The camera and source the showcase uses now (or will, once started)."""
+        return {"camera": self._showcase.camera.value, "source": self._showcase.source.value}
+
+    def reset_showcase(self) -> None:
+        """End the showcase episode at once and start a new one."""
+        self._showcase.reset.set()
 
     def pause_rendering(self, paused: bool = True) -> None:
         (self._render_paused.set if paused else self._render_paused.clear)()
@@ -192,16 +355,23 @@ class Run:
         return self.knobs.set(self.cfg, **changes)
 
     def pause(self) -> None:
+        self._owned_only()
         self._pause.set()
 
     def resume_training(self) -> None:
+        self._owned_only()
         self._pause.clear()
 
     def checkpoint(self) -> None:
+        self._owned_only()
         self._checkpoint.set()
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Ask every worker to stop (each writes a checkpoint), then wait for them."""
+        """Ask every worker to stop (each writes a checkpoint), then wait for them. An attached
+        run only stops its own showcase player: the workers are another process's."""
+        if self._attached:
+            self.stop_player()
+            return
         self._stop.set()
         self._pause.clear()
         self.stop_player()
@@ -214,13 +384,21 @@ class Run:
                 p.process.join(5)
 
     def wait(self, poll_s: float = 0.5) -> None:
-        """Block until every worker has ended."""
+        """Block until every worker has ended (attached: returns at once, it has none)."""
         while any(p.process.is_alive() for p in self._procs.values()):
             time.sleep(poll_s)
 
     # reading -----------------------------------------------------------------------
     def progress(self) -> list[dict]:
-        """Latest snapshot of each worker (state 'crashed' for a process that died)."""
+        """Latest snapshot of each worker (state 'crashed' for a process that died).
+
+        Attached: the same keys, from the workers' metrics records read so far (state
+        'attached-running' if one arrived within ATTACHED_IDLE_S, else 'attached-idle', or
+        done/stopped/crashed as recorded; exitcode None).
+        """
+        if self._attached:
+            self._poll()
+            return [self._seen[i].progress(i) for i in range(self.settings.workers)]
         out = []
         for index, p in sorted(self._procs.items()):
             values = dict(zip(SNAPSHOT_FIELDS, p.snapshot[:]))
@@ -247,8 +425,15 @@ class Run:
 
     def new_events(self) -> list[dict]:
         """Metrics records appended since the last call, from every worker's file."""
-        events = []
-        sources = [(index, metrics_name(index)) for index in sorted(self._procs)]
+        self._poll()
+        events = list(self._pending)
+        self._pending.clear()
+        return events
+
+    def _poll(self) -> None:
+        """Read the records appended since the last poll: queued for new_events, and noted
+        per worker (an attached run's progress)."""
+        sources = [(index, metrics_name(index)) for index in range(self.settings.workers)]
         for index, name in [*sources, ("player", "player.jsonl")]:
             path = self.path / name
             if not path.exists():
@@ -260,7 +445,9 @@ class Run:
             self._offsets[name] = self._offsets.get(name, 0) + end
             for line in data[:end].splitlines():
                 try:
-                    events.append({"worker": index, **json.loads(line)})
-                except json.JSONDecodeError:
+                    event = {"worker": index, **json.loads(line)}
+                except (json.JSONDecodeError, TypeError):  # TypeError: a line not an object
                     continue
-        return events
+                self._pending.append(event)
+                if index != "player":
+                    self._seen[index].see(event)

@@ -113,7 +113,7 @@ class WorkerHooks:
         self.set(state=STATES.index("merging"))
         start = time.perf_counter()
         model_state = {k: v.detach().cpu() for k, v in t.agent.model.state_dict().items()}
-        result = self.backend.merge(self.spec.index, round_, model_state)
+        result = self.backend.merge(self.spec.index, round_, model_state, step=t.step)
         if result is None:
             t._log("merge_skipped", round=round_, reason="own weights are not finite")
         else:

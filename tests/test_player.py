@@ -1,0 +1,175 @@
+"""Showcase controls (camera, weights source, episode reset) and attaching to a run that another
+process started. Real processes: one tiny 2-worker run is shared by the tests of this module."""
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+from test_run import tiny, wait_until
+
+from agent.errors import ConfigError, UserError
+from workers.merge import FileMergeBackend
+from workers.player import model_weights, weights_file
+from workers.run import Run, RunSettings
+from workers.rundir import load_state
+
+EPISODE = 200  # long enough that a reset is told apart from an episode's natural end
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    settings = RunSettings(workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=10)
+    cfg = tiny(1_000_000, episode_length=EPISODE)
+    run = Run.create(tmp_path_factory.mktemp("player") / "run", cfg, settings)
+    run.start()
+    yield run
+    run.stop(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def player(live):
+    """The live run's player, with training paused: the nice-19 player gets the cores."""
+    merge = live.path / "merge"
+    assert wait_until(
+        lambda: all((merge / f).exists() for f in ("merged.pt", "worker-1.pt")), timeout=120
+    )
+    live.pause()
+    live.start_player(height=48, width=64, realtime=False)
+    assert wait_until(lambda: live.read_frame() is not None, timeout=60)
+    yield live
+    live.stop_player()
+    live.resume_training()
+
+
+def info(run: Run) -> dict:
+    return run.read_frame()[1]
+
+
+def test_camera_names_and_attach_refuses_other_directories(tmp_path):
+    run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=1))
+    assert run.camera_names() == ["fixed", "lookatcart"]
+    with pytest.raises(UserError, match="not a multi-worker run"):
+        Run.attach(tmp_path / "nothing-here")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="not a multi-worker run"):
+        Run.attach(tmp_path / "file")
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "config.json").write_text(json.dumps({"config": {}}))  # a one-agent run
+    with pytest.raises(UserError, match="not a multi-worker run"):
+        Run.attach(single)
+    assert not run.attached and Run.attach(run.path).attached
+
+
+def test_merge_files_record_the_weights_step(tmp_path):
+    state = {"w": torch.ones(2)}
+    backends = [FileMergeBackend(tmp_path, [0, 1], timeout_s=5) for _ in range(2)]
+    threads = [
+        threading.Thread(target=backends[k].merge, args=(k, 1, state), kwargs={"step": 100 + k})
+        for k in (0, 1)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    merged, _ = weights_file(tmp_path, -1)
+    assert model_weights(load_state(merged))[1:] == (1, 101)  # round, the furthest step
+    path, _ = weights_file(tmp_path, 0)
+    assert path.name == "worker-0.pt" and model_weights(load_state(path))[1:] == (1, 100)
+    assert weights_file(tmp_path, 2) is None  # no weights: the player shows it untrained
+
+
+def test_attach_sees_events_progress_and_sets_knobs(live):
+    live.resume_training()  # in case the player tests ran first
+    attached = Run.attach(live.path)
+    assert wait_until(lambda: min(w["step"] for w in attached.progress()) >= 50, timeout=120)
+    first = attached.progress()
+    assert [w["worker"] for w in first] == [0, 1]
+    assert set(first[0]) == set(live.progress()[0])  # the same keys as the owner's
+    assert all(w["state"] == "attached-running" and w["alive"] for w in first)
+    assert wait_until(
+        lambda: all(
+            now["step"] > before["step"]
+            for now, before in zip(attached.progress(), first, strict=True)
+        ),
+        timeout=60,
+    )
+    seen = attached.new_events()
+    assert {e["worker"] for e in seen} >= {0, 1} and {e["kind"] for e in seen} >= {"merge"}
+    version = attached.set_knobs(horizon=2)
+
+    def applied() -> bool:
+        seen.extend(attached.new_events())
+        kinds = [(e["worker"], e["kind"], e.get("version")) for e in seen]
+        return all((w, "knobs_applied", version) in kinds for w in (0, 1))
+
+    assert wait_until(applied, timeout=60)
+    assert [w["knob_version"] for w in attached.progress()] == [version, version]
+    assert all(w["merges"] >= 1 for w in attached.progress())
+
+
+def test_attach_refuses_to_control_workers(live):
+    attached = Run.attach(live.path)
+    for refused in (
+        attached.pause,
+        attached.resume_training,
+        attached.checkpoint,
+        attached.start,
+        lambda: attached.restart_worker(0),
+    ):
+        with pytest.raises(UserError, match="attached"):
+            refused()
+    attached.set_showcase(camera=-1, source=1)  # the showcase is local: it may be changed
+    assert attached.showcase_settings() == {"camera": -1, "source": 1}
+    attached.stop()  # only a local player (none here): the workers go on
+    time.sleep(0.5)
+    assert all(w["alive"] and w["state"] not in ("stopped", "done") for w in live.progress())
+
+
+def test_showcase_camera_and_source_change_while_playing(player):
+    frame, first = player.read_frame()
+    assert frame.shape == (48, 64, 3)
+    assert first["camera"] == 0 and first["source"] == -1
+    assert first["weights_step"] >= 50 and first["weights_round"] >= 1  # merged after a merge
+
+    player.set_showcase(camera=1)
+    assert wait_until(lambda: info(player)["camera"] == 1, timeout=10, poll=0.05)
+    player.set_showcase(source=1)
+    assert wait_until(lambda: info(player)["source"] == 1, timeout=10, poll=0.05)
+    shown = info(player)
+    assert shown["weights_step"] >= 50 and shown["camera"] == 1
+
+    with pytest.raises(ConfigError, match=r"camera must be in \[-1, 1\].*got 2"):
+        player.set_showcase(camera=2, source=0)
+    with pytest.raises(ConfigError, match=r"camera must be in \[-1, 1\].*got -2"):
+        player.set_showcase(camera=-2)
+    with pytest.raises(ConfigError, match=r"source must be -1 .* \[0, 1\], got 2"):
+        player.set_showcase(camera=0, source=2)
+    with pytest.raises(ConfigError, match="source"):
+        player.set_showcase(source=True)
+    assert player.showcase_settings() == {"camera": 1, "source": 1}
+    time.sleep(0.5)
+    assert (info(player)["camera"], info(player)["source"]) == (1, 1)
+
+    player.set_showcase(camera=-1, source=-1)  # MuJoCo's free camera, the merged weights
+    assert wait_until(
+        lambda: (info(player)["camera"], info(player)["source"]) == (-1, -1), timeout=10
+    )
+    frame, shown = player.read_frame()
+    assert frame.std() > 5 and shown["weights_step"] >= first["weights_step"]
+
+
+def test_reset_showcase_starts_a_new_episode(player):
+    assert wait_until(lambda: 5 <= info(player)["step"] <= EPISODE // 4, timeout=30, poll=0.01)
+    before = info(player)
+    player.reset_showcase()
+    assert wait_until(lambda: info(player)["episode"] > before["episode"], timeout=10, poll=0.01)
+    after = info(player)
+    assert after["episode"] == before["episode"] + 1 and after["step"] < EPISODE // 2
+    # Ended by the reset, not by its time limit: no finished-episode record for it.
+    log = player.path / "player.jsonl"  # written at the first finished episode
+    lines = log.read_text().splitlines() if log.exists() else []
+    finished = [json.loads(line) for line in lines if '"showcase_episode"' in line]
+    assert before["episode"] not in [e["episode"] for e in finished]

@@ -1,0 +1,146 @@
+"""The window end to end under Xvfb, driven with real X input (xdotool): start launch.py on a tiny
+preset, let it train, type a new planning horizon into its slider, check that every worker
+applied it, take screenshots (Ctrl+P and the whole screen), quit with Ctrl+Q, check the
+checkpoints."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "--task", "cartpole-balance", "--model-size", "1", "--workers", "2",
+    "--merge-every", "100", "--seed-steps", "100", "--episode-length", "50",
+    "--mlp-dim", "32", "--enc-dim", "16", "--latent-dim", "16", "--batch-size", "16",
+    "--num-samples", "16", "--num-elites", "4", "--num-pi-trajs", "2", "--iterations", "1",
+    "--eval-every", "0",
+]  # fmt: skip
+
+
+def start_xvfb() -> tuple[subprocess.Popen, str]:
+    """An X server on a free display number (Xvfb picks it and writes it to a pipe)."""
+    read, write = os.pipe()
+    server = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+        pass_fds=(write,),
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        number = pipe.readline().strip()
+    return server, f":{number}"
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def records(run: Path, kind: str, worker: int) -> list[dict]:
+    path = run / f"worker-{worker}.jsonl"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in lines if r["kind"] == kind]
+
+
+def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp_path):
+    run = tmp_path / "run"
+    ui_map, stats = tmp_path / "ui.json", tmp_path / "stats.json"
+    server, display = start_xvfb()
+    env = {
+        **os.environ,
+        "DISPLAY": display,
+        "TDMPC2_LIVE_NO_BOOTSTRAP": "1",
+        "OMP_NUM_THREADS": "1",
+        "TDMPC2_LIVE_UI_MAP": str(ui_map),
+        "TDMPC2_LIVE_STATS": str(stats),
+    }
+
+    def x(*args: str) -> str:
+        return subprocess.run(
+            args, env=env, check=True, capture_output=True, text=True, timeout=30
+        ).stdout
+
+    app = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), *TINY, "--run-dir", str(run)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        rects = json.loads(wait_for(lambda: ui_map.exists() and ui_map.read_text(), 120, "UI"))
+        window = wait_for(lambda: x("xdotool", "search", "--name", "TD-MPC2 Live"), 30, "window")
+        window = window.split()[0]
+        # training: both workers finished episodes and merged
+        wait_for(
+            lambda: all(records(run, "merge", w) and records(run, "episode", w) for w in (0, 1)),
+            240,
+            "both workers to train and merge",
+        )
+
+        # Ctrl+click the horizon slider (ImGui's text entry), type 5, Enter: real X input.
+        left, top, width, height = rects["knob_horizon"]
+        x(
+            "xdotool",
+            "mousemove",
+            "--window",
+            window,
+            str(left + width // 2),
+            str(top + height // 2),
+        )
+        x("xdotool", "keydown", "ctrl", "click", "1", "keyup", "ctrl")
+        time.sleep(0.5)
+        x("xdotool", "key", "ctrl+a")
+        x("xdotool", "type", "5")
+        x("xdotool", "key", "Return")
+
+        def applied(worker: int) -> bool:
+            return any(r["values"]["horizon"] == 5 for r in records(run, "knobs_applied", worker))
+
+        wait_for(lambda: applied(0) and applied(1), 60, "both workers to apply horizon 5")
+        history = [json.loads(line) for line in (run / "knobs.jsonl").read_text().splitlines()]
+        assert history[-1]["changes"] == {"horizon": 5}
+
+        # Ctrl+P saves the viewport's frame; the screen shows the viewport and a chart with data.
+        x("xdotool", "mousemove", "--window", window, "5", "5")
+        x("xdotool", "key", "--window", window, "ctrl+p")
+        shot = wait_for(lambda: list((run / "media").glob("screenshot-*.png")), 30, "Ctrl+P")
+        frame = iio.imread(shot[0])
+        assert frame.shape == (300, 400, 3) and frame.std() > 5  # a rendered scene, not blank
+        screen_png = tmp_path / "screen.png"
+        x("import", "-display", display, "-window", "root", str(screen_png))
+        screen = iio.imread(screen_png)[..., :3].astype(int)
+        left, top, width, height = rects["viewport_draw"]
+        viewport = screen[top : top + height, left : left + width]
+        assert viewport.std() > 5, "the viewport is blank"
+        left, top, width, height = rects["plot_returns"]
+        chart = screen[top : top + height, left : left + width]
+        worker_0_blue = np.all(np.abs(chart - np.array([86, 156, 214])) < 30, axis=-1)
+        assert worker_0_blue.sum() > 50, "no data line of worker 0 in the returns chart"
+
+        # Ctrl+Q closes the window; the workers stop and write their checkpoints.
+        before_close = time.time()
+        x("xdotool", "key", "--window", window, "ctrl+q")
+        assert app.wait(180) == 0, app.stderr.read()
+    finally:
+        if app.poll() is None:
+            app.kill()
+        server.terminate()
+    for w in (0, 1):
+        checkpoint = run / "checkpoints" / f"worker-{w}.pt"
+        assert checkpoint.exists() and checkpoint.stat().st_mtime >= before_close
+        assert records(run, "checkpoint", w)[-1]["time"] >= before_close - 1
+    assert json.loads(stats.read_text())["frames"] > 0

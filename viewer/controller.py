@@ -1,0 +1,297 @@
+"""The window's link to a run: a background thread that owns the Run and does all waiting.
+
+The frame loop never waits on a worker or on disk: it queues commands here (knob changes, pause,
+checkpoint, stop, new run) and reads `view`, a latest-wins snapshot that this thread rebuilds a
+few times a second from the run's events and progress. Frames come straight from shared memory
+through `read_frame`, which never blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from viewer.model import KnobRow, RunModel
+from viewer.series import published_curve
+from workers.presets import UserError
+from workers.run import Run
+
+POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class ChartOptions:
+    wall_axis: bool = False
+    smoothing: float = 0.0
+    loss: str = "total_loss"
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the window draws from, built off the GUI thread."""
+
+    version: int
+    phase: str  # idle, starting, running, stopping, stopped
+    task: str = ""
+    run_path: str = ""
+    attached: bool = False
+    paused: bool = False
+    workers: list[dict] = field(default_factory=list)
+    knobs: list[KnobRow] = field(default_factory=list)
+    knob_version: int = -1
+    startup: tuple[float, str] | None = None
+    returns: dict = field(default_factory=dict)
+    speed: dict = field(default_factory=dict)
+    losses: dict = field(default_factory=dict)
+    distances: dict = field(default_factory=dict)
+    merge_marks: list[float] = field(default_factory=list)
+    knob_marks: list[float] = field(default_factory=list)
+    published: tuple[list[float], list[float]] | None = None
+    errors: list[str] = field(default_factory=list)
+    cameras: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    machine: str = ""
+
+
+class Controller:
+    def __init__(self, frame_size: tuple[int, int] = (300, 400)):
+        self.frame_size = frame_size
+        self.options = ChartOptions()
+        self.view = View(version=0, phase="idle")
+        self.notices: queue.SimpleQueue[str] = queue.SimpleQueue()  # one-line messages
+        self._commands: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._run_lock = threading.Lock()
+        self._run: Run | None = None
+        self._model: RunModel | None = None
+        self._phase = "idle"
+        self._paused = False
+        self._cameras: list[str] = []
+        self._published = None
+        self._machine = _MachineUse()
+        self._thread = threading.Thread(target=self._loop, name="run-controller", daemon=True)
+        self._thread.start()
+
+    # called from the GUI thread: each returns at once ---------------------------------
+    def open(self, make_run: Callable[[], Run]) -> None:
+        """Stop the current run (if any) and start the one `make_run` creates or resumes."""
+        self._commands.put(lambda: self._open(make_run))
+
+    def set_knobs(self, **changes: object) -> None:
+        self._commands.put(lambda: self._set_knobs(changes))
+
+    def pause(self, paused: bool) -> None:
+        self._commands.put(lambda: self._call("pause" if paused else "resume_training"))
+
+    def checkpoint(self) -> None:
+        self._commands.put(lambda: self._call("checkpoint", notice="checkpoint requested"))
+
+    def restart_crashed(self) -> None:
+        self._commands.put(self._restart_crashed)
+
+    def set_showcase(self, **kwargs: int) -> None:
+        self._commands.put(lambda: self._call("set_showcase", **kwargs))
+
+    def reset_showcase(self) -> None:
+        self._commands.put(lambda: self._call("reset_showcase"))
+
+    def pause_rendering(self, paused: bool) -> None:
+        run = self._run
+        if run is not None:
+            run.pause_rendering(paused)  # sets an Event: never blocks
+
+    def stop(self) -> None:
+        self._commands.put(self._stop_run)
+
+    def read_frame(self):
+        """The newest showcase frame and its info, or None; never waits."""
+        if not self._run_lock.acquire(blocking=False):
+            return None
+        try:
+            return self._run.read_frame() if self._run is not None else None
+        finally:
+            self._run_lock.release()
+
+    def shutdown(self, timeout: float = 180.0) -> None:
+        """Stop the run (workers write checkpoints) and end the thread."""
+        self._commands.put(self._stop_run)
+        self._commands.put(None)
+        self._thread.join(timeout)
+
+    # the controller thread ----------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            try:
+                command = self._commands.get(timeout=POLL_S)
+            except queue.Empty:
+                command = False
+            if command is None:
+                return
+            try:
+                if command:
+                    command()
+                self._refresh()
+            except UserError as err:
+                self.notices.put(f"refused: {err}")
+            except Exception as err:  # the window must survive anything a run throws
+                self.notices.put(f"error: {type(err).__name__}: {err}")
+                traceback.print_exc()
+
+    def _call(self, method: str, notice: str | None = None, **kwargs: object) -> None:
+        if self._run is None:
+            return
+        getattr(self._run, method)(**kwargs)
+        if method in ("pause", "resume_training"):
+            self._paused = method == "pause"
+        if notice:
+            self.notices.put(notice)
+
+    def _set_knobs(self, changes: dict) -> None:
+        if self._run is not None:
+            version = self._run.set_knobs(**changes)
+            self.notices.put(
+                "knobs v{}: {}".format(version, ", ".join(f"{k}={v}" for k, v in changes.items()))
+            )
+
+    def _restart_crashed(self) -> None:
+        if self._run is None:
+            return
+        for row in self._run.progress():
+            if row["state"] == "crashed":
+                self._run.restart_worker(row["worker"])
+                self.notices.put(f"worker {row['worker']} restarted from the merged weights")
+
+    def _open(self, make_run: Callable[[], Run]) -> None:
+        self._stop_run()
+        self._phase = "starting"
+        self._publish()
+        try:
+            run = make_run()
+        except UserError:
+            self._phase = "idle" if self._run is None else "stopped"
+            raise
+        if not run.attached:
+            run.start()
+        run.start_player(*self.frame_size)
+        with self._run_lock:
+            self._run = run
+        workers = run.settings.workers
+        control = workers - 1 if run.settings.control_worker else None
+        self._model = RunModel(workers, run.cfg.seed_steps, control)
+        self._cameras = run.camera_names()
+        published = published_curve(run.cfg.task)
+        self._published = (published[0].tolist(), published[1].tolist()) if published else None
+        self._paused = False
+        self._phase = "running"
+        verb = "attached to" if run.attached else "started"
+        self.notices.put(f"{verb} {run.path} ({workers} workers, {run.cfg.task})")
+
+    def _stop_run(self) -> None:
+        run = self._run
+        if run is None or self._phase in ("stopping", "stopped"):
+            return
+        self._phase = "stopping"
+        self._publish()
+        run.stop()  # workers write a checkpoint each before they exit
+        with self._run_lock:
+            self._phase = "stopped"
+        if not run.attached:
+            self.notices.put(f"stopped; checkpoints in {run.path}")
+
+    def _refresh(self) -> None:
+        run, model = self._run, self._model
+        if run is not None and model is not None and self._phase == "running":
+            model.ingest(run.new_events())
+            for index in run.dead_workers():
+                self.notices.put(f"worker {index} crashed; the others go on")
+        self._publish()
+
+    def _publish(self) -> None:
+        run, model, o = self._run, self._model, self.options
+        base = dict(version=self.view.version + 1, phase=self._phase, machine=self._machine.text())
+        if run is None or model is None:
+            self.view = View(**base)
+            return
+        progress = run.progress()
+        version, requested = run.knobs.read()
+        merges, knob_marks, _ = model.marks(o.wall_axis)
+        self.view = View(
+            **base,
+            task=run.cfg.task,
+            run_path=str(run.path),
+            attached=run.attached,
+            paused=self._paused,
+            workers=model.worker_rows(progress),
+            knobs=model.knob_rows(requested, progress),
+            knob_version=version,
+            startup=model.startup(progress, run.cfg.seed_steps)
+            if self._phase == "running"
+            else None,
+            returns=model.return_lines(o.wall_axis, o.smoothing),
+            speed=model.speed_lines(o.wall_axis),
+            losses=model.loss_lines(o.loss, o.wall_axis, o.smoothing),
+            distances=model.distance_lines(o.wall_axis),
+            merge_marks=merges,
+            knob_marks=knob_marks,
+            published=None if o.wall_axis else self._published,
+            errors=list(model.errors),
+            cameras=self._cameras,
+            sources=["merged"] + [model.worker_label(w) for w in range(model.workers)],
+        )
+
+
+class _MachineUse:
+    """CPU use of the whole machine (from /proc/stat) and GPU use (nvidia-smi), sampled slowly."""
+
+    def __init__(self) -> None:
+        self._cpu_prev: tuple[int, int] | None = None
+        self._text, self._next = "", 0.0
+        self._nvidia_smi = shutil.which("nvidia-smi")
+
+    def text(self) -> str:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + 2.0
+            parts = [f"CPU {self._cpu():.0f}% of {os.cpu_count()} cores"]
+            gpu = self._gpu()
+            if gpu:
+                parts.append(gpu)
+            self._text = "  |  ".join(parts)
+        return self._text
+
+    def _cpu(self) -> float:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        except (OSError, ValueError):
+            return 0.0
+        idle, total = fields[3] + fields[4], sum(fields)
+        prev, self._cpu_prev = self._cpu_prev, (idle, total)
+        if prev is None or total == prev[1]:
+            return 0.0
+        return 100.0 * (1.0 - (idle - prev[0]) / (total - prev[1]))
+
+    def _gpu(self) -> str:
+        if not self._nvidia_smi:
+            return ""
+        try:
+            out = subprocess.run(
+                [
+                    self._nvidia_smi,
+                    "--query-gpu=utilization.gpu,memory.used,memory.total",
+                    "--format=csv,noheader,nounits",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=2,
+            ).stdout.split("\n")[0]
+            util, used, total = (float(v) for v in out.split(","))
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return ""
+        return f"GPU {util:.0f}%, {used / 1024:.1f} / {total / 1024:.0f} GiB"

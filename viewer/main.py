@@ -1,0 +1,64 @@
+"""`python launch.py` without --headless: open the window on a run (demo, flags, resume, attach)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+from viewer.runs import initial_run
+from workers.cli import build_parser
+from workers.presets import UserError
+
+
+def check_display() -> None:
+    """Fail with a message, not SIGABRT inside GLFW, when there is no display to open."""
+    hint = (
+        "run it on a desktop, under Xvfb (xvfb-run -a python3 launch.py), "
+        "or train without a window (--headless)"
+    )
+    display = os.environ.get("DISPLAY")
+    if not display and not os.environ.get("WAYLAND_DISPLAY"):
+        raise UserError(f"no display to open the window on: {hint}")
+    if display:
+        try:
+            x11 = ctypes.CDLL(ctypes.util.find_library("X11") or "libX11.so.6")
+        except OSError:
+            return  # no Xlib to ask: let the window try
+        x11.XOpenDisplay.restype = ctypes.c_void_p
+        x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+        connection = x11.XOpenDisplay(display.encode())
+        if not connection:
+            raise UserError(f"cannot open display {display}: {hint}")
+        x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+        x11.XCloseDisplay(connection)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        make_run = initial_run(args)  # bad flags fail here, before anything is written
+        check_display()
+        run = make_run()  # creates the run directory (or reads the one to resume/attach)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    # Imported only now: Dear PyGui is not needed to report bad input.
+    from viewer.app import FRAME_H, FRAME_W, App
+    from viewer.controller import Controller
+
+    print(f"opening the window; run directory {run.path}", file=sys.stderr)
+    controller = Controller((FRAME_H, FRAME_W))
+    try:
+        stats = App(controller, open_first=lambda: run).run()
+        print(
+            f"window closed after {stats['seconds']:.0f} s at {stats['fps']:.0f} fps",
+            file=sys.stderr,
+        )
+    finally:  # whatever ended the window, the workers stop cleanly and write checkpoints
+        print("stopping workers (each writes a checkpoint)...", file=sys.stderr)
+        controller.shutdown()
+    if not run.attached:
+        print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
+    return 0

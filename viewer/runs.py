@@ -1,0 +1,79 @@
+"""How the window gets a run: from the command line at start-up, or from its own dialogs.
+
+Each function validates its input at once (bad input: a UserError with one clear message) and
+returns a callable that the controller thread calls to create, resume or attach the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from workers.cli import config_from_args, default_run_dir, demo_requested
+from workers.presets import (
+    CPU_DEMO_OVERRIDES,
+    Preset,
+    cuda_available,
+    demo_preset,
+    preset_config,
+)
+from workers.run import Run, RunSettings
+
+
+def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
+    """What creates the run the window opens on, from launch.py's flags. The flags are checked
+    now; the run directory is written only when the returned callable is called."""
+    if args.attach:
+        Run.attach(args.attach)  # checks the directory; reads only
+        return lambda: Run.attach(args.attach)
+    if args.resume:
+        return lambda: Run.resume(args.resume, steps=args.steps)
+    if demo_requested(args):
+        preset = demo_preset(args.device)
+        cfg = config_from_args(args, preset)
+        workers = preset.workers if args.workers is None else args.workers
+        merge_every = preset.merge_every if args.merge_every is None else args.merge_every
+    else:
+        cfg = config_from_args(args)
+        workers = (4 if cuda_available() else 2) if args.workers is None else args.workers
+        merge_every = 2500 if args.merge_every is None else args.merge_every
+    settings = RunSettings(
+        workers=workers + (1 if args.control_worker else 0),
+        merge_every=merge_every,
+        control_worker=args.control_worker,
+        checkpoint_every=args.checkpoint_every,
+    )
+    path = args.run_dir or default_run_dir(cfg.task)
+    return lambda: Run.create(path, cfg, settings)
+
+
+def new_run(
+    task: str,
+    model_size: int,
+    workers: int,
+    merge_every: int,
+    control_worker: bool,
+    device: str,
+    run_dir: str | None,
+    cpu_planning: bool,
+) -> Callable[[], Run]:
+    """A new run chosen in the window's dialog; the config is checked now."""
+    overrides = dict(CPU_DEMO_OVERRIDES) if cpu_planning else {}
+    preset = Preset(task, model_size, workers, merge_every, overrides)
+    cfg = preset_config(preset, device=device)
+    settings = RunSettings(
+        workers=workers + (1 if control_worker else 0),
+        merge_every=merge_every,
+        control_worker=control_worker,
+    )
+    path = Path(run_dir) if run_dir else default_run_dir(task)
+    return lambda: Run.create(path, cfg, settings)
+
+
+def resume_run(path: str) -> Callable[[], Run]:
+    return lambda: Run.resume(path)
+
+
+def attach_run(path: str) -> Callable[[], Run]:
+    return lambda: Run.attach(path)

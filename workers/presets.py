@@ -1,0 +1,67 @@
+"""Named starting points for a run, so the window and the command line start runs the same way.
+
+The demo preset is what a double-click on launch.py trains: on a CPU, a task and model that
+visibly learn within minutes (cartpole-balance, 1M, reduced planning, 2 workers); with a GPU,
+the standard TD-MPC2 settings (walker-walk, 5M, default planning) with 4 workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agent.config import KNOB_RANGES, MODEL_SIZES, Config, make_config
+from agent.envs import task_names
+from agent.errors import ConfigError, UserError
+from workers.knobs import WORKER_KNOB_RANGES
+
+__all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
+
+# Reduced planning that still learns cartpole-balance (see the CI learning check).
+CPU_DEMO_OVERRIDES = dict(
+    num_samples=128, num_elites=16, num_pi_trajs=8, iterations=2, seed_steps=1000
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    task: str
+    model_size: int
+    workers: int
+    merge_every: int
+    overrides: dict
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def demo_preset(device: str = "auto") -> Preset:
+    """The run a bare `python launch.py` starts on this machine (and device choice)."""
+    cuda = device.startswith("cuda") or (device == "auto" and cuda_available())
+    if cuda:
+        return Preset("walker-walk", 5, 4, 2500, {})
+    return Preset("cartpole-balance", 1, 2, 500, dict(CPU_DEMO_OVERRIDES))
+
+
+def preset_config(preset: Preset, **overrides: object) -> Config:
+    """The preset's config, with explicit overrides on top (validated by make_config).
+    Runs from a preset train until stopped (10M agent steps) unless `steps` says otherwise."""
+    return make_config(
+        preset.model_size,
+        **{"task": preset.task, "steps": 10_000_000, **preset.overrides, **overrides},
+    )
+
+
+def tasks() -> list[str]:
+    return task_names()
+
+
+def model_sizes() -> list[int]:
+    return sorted(MODEL_SIZES)
+
+
+def knob_ranges() -> dict[str, tuple[float, float]]:
+    """Ranges of the live knobs, merge frequency included (for sliders that cannot go out)."""
+    return {**KNOB_RANGES, **WORKER_KNOB_RANGES}
