@@ -115,9 +115,15 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         assert history[-1]["changes"] == {"horizon": 5}
 
         # Ctrl+P saves the viewport's frame; the screen shows the viewport and a chart with data.
+        # (Until the showcase's first frame arrives, Ctrl+P is refused: press it again.)
         x("xdotool", "mousemove", "--window", window, "5", "5")
-        x("xdotool", "key", "--window", window, "ctrl+p")
-        shot = wait_for(lambda: list((run / "media").glob("screenshot-*.png")), 30, "Ctrl+P")
+
+        def screenshot_after_ctrl_p() -> list[Path]:
+            x("xdotool", "key", "--window", window, "ctrl+p")
+            time.sleep(2.0)
+            return list((run / "media").glob("screenshot-*.png"))
+
+        shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P")
         frame = iio.imread(shot[0])
         assert frame.shape == (300, 400, 3) and frame.std() > 5  # a rendered scene, not blank
         screen_png = tmp_path / "screen.png"
