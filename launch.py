@@ -5,6 +5,7 @@
     python3 launch.py --attach runs/X      # the window on a run that is going on
     python3 launch.py --headless --task cartpole-balance --model-size 1 --steps 20000
     python3 launch.py bench [--model-size 5] [--json] [--learning]
+    xvfb-run -a python3 launch.py bench --viewer 2   # the window's fps and cost on training
 
 On first use this creates a virtual environment in .venv beside this file, installs the
 project's dependencies into it (see pyproject.toml) and re-runs itself there.
@@ -73,6 +74,10 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(ROOT))
     argv = sys.argv[1:]
+    if argv[:1] == ["bench"] and "--viewer" in argv:
+        from viewer.bench import main as bench_main
+
+        return bench_main(argv[1:])
     if argv[:1] == ["bench"] or "--headless" in argv:
         from workers.cli import main as cli_main
     else:

@@ -43,7 +43,7 @@ Ctrl+click a slider to type a value; values outside the range cannot be entered.
 # Knobs entered as numbers rather than dragged (wide ranges).
 TYPED_KNOBS = {"merge_every": 500, "num_samples": 64, "num_elites": 8}
 KNOB_DEBOUNCE_S = 0.35
-IDLE_FPS = 10.0  # frames drawn per second when nothing changes
+IDLE_FPS = 5.0  # frames drawn per second when nothing changes
 ACTIVE_S = 1.0  # after any input, draw at the full rate for this long
 
 
@@ -52,7 +52,7 @@ class App:
         self,
         controller: Controller,
         open_first: Callable | None,
-        fps_cap: float = 30.0,
+        fps_cap: float = 32.0,
         max_seconds: float | None = None,
     ):
         self.controller = controller
@@ -62,6 +62,7 @@ class App:
         self.view: View = controller.view
         self.frame_times: deque[float] = deque(maxlen=240)
         self.work_ms: list[float] = []
+        self.frame_stamps: list[float] = []  # perf_counter() at each drawn frame
         self.pending_knobs: dict[str, int] = {}
         self.pending_since = 0.0
         self.render_paused = False
@@ -79,6 +80,8 @@ class App:
         self._shown_sources: list[str] = []
         self._shown_cameras: list[str] = []
         self._worker_rows = 0
+        self._errors_shown = 0
+        self._startup_shown = False
         self.plots: dict[str, LinePlot] = {}
         self.ui_map_path = os.environ.get("TDMPC2_LIVE_UI_MAP")
         self.stats_path = os.environ.get("TDMPC2_LIVE_STATS")
@@ -363,7 +366,7 @@ class App:
         dpg.configure_item("viewport_draw", width=image_w, height=image_h)
         dpg.configure_item("viewport_bg", pmax=(image_w, image_h))
         dpg.configure_item("viewport_image", pmax=(image_w, image_h))
-        returns = int(body * 0.46)
+        returns = int(body * 0.46) - (56 if self._startup_shown else 0)
         self.plots["returns"].set_height(returns)
         workers = 64 + 27 * max(2, self._worker_rows)
         tab_height = max(120, body - returns - workers - 110)
@@ -396,6 +399,7 @@ class App:
                     dpg.run_callbacks(dpg.get_callback_queue())
                     frames += 1
                     self.work_ms.append((time.perf_counter() - begin) * 1000)
+                    self.frame_stamps.append(begin)
                     now = time.perf_counter()
                     self.frame_times.append(now - last)
                     last = now
@@ -511,14 +515,15 @@ class App:
         where = f"{view.run_path}" + (" (attached)" if view.attached else "")
         dpg.set_value("status_run", f"{where} {phase}".strip())
         dpg.set_value("status_machine", f"  |  {view.machine}" if view.machine else "")
+        if (view.startup is not None) != self._startup_shown:
+            self._startup_shown = view.startup is not None
+            (dpg.show_item if self._startup_shown else dpg.hide_item)("startup")
+            self._layout()
         if view.startup is not None:
             fraction, text = view.startup
-            dpg.show_item("startup")
             dpg.set_value("startup_text", text)
             dpg.set_value("startup_bar", fraction)
             dpg.configure_item("startup_bar", overlay=f"{fraction * 100:.0f}%")
-        else:
-            dpg.hide_item("startup")
         self._apply_knobs(view)
         self._apply_workers(view)
         dpg.set_item_label("train_pause", "Resume training" if view.paused else "Pause training")
@@ -543,8 +548,11 @@ class App:
         if view.sources != self._shown_sources:
             self._shown_sources = view.sources
             dpg.configure_item("source", items=view.sources)
-        for line in view.errors[len([x for x in self.log_lines if x.startswith("! ")]) :]:
-            self._log(f"! {line}")
+        new_errors = view.error_count - self._errors_shown
+        if new_errors > 0:
+            for line in view.errors[-min(new_errors, len(view.errors)) :]:
+                self._notify(f"error: {line}")
+            self._errors_shown = view.error_count
 
     def _apply_knobs(self, view: View) -> None:
         for row in view.knobs:
@@ -759,9 +767,7 @@ class App:
         self._log(message)
 
     def _log(self, line: str) -> None:
-        self.log_lines.append(
-            f"{time.strftime('%H:%M:%S')}  {line}" if not line.startswith("! ") else line
-        )
+        self.log_lines.append(f"{time.strftime('%H:%M:%S')}  {line}")
         dpg.set_value("log", "\n".join(self.log_lines))
 
     def _write_ui_map(self) -> None:

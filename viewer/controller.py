@@ -25,6 +25,7 @@ from workers.presets import UserError
 from workers.run import Run
 
 POLL_S = 0.25
+WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class View:
     knob_marks: list[float] = field(default_factory=list)
     published: tuple[list[float], list[float]] | None = None
     errors: list[str] = field(default_factory=list)
+    error_count: int = 0
     cameras: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     machine: str = ""
@@ -177,8 +179,8 @@ class Controller:
         except UserError:
             self._phase = "idle" if self._run is None else "stopped"
             raise
-        if not run.attached:
-            run.start()
+        if not run.attached and not run.started:
+            run.start(nice=WORKER_NICE)
         run.start_player(*self.frame_size)
         with self._run_lock:
             self._run = run
@@ -242,6 +244,7 @@ class Controller:
             knob_marks=knob_marks,
             published=None if o.wall_axis else self._published,
             errors=list(model.errors),
+            error_count=model.error_count,
             cameras=self._cameras,
             sources=["merged"] + [model.worker_label(w) for w in range(model.workers)],
         )

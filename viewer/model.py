@@ -65,6 +65,7 @@ class RunModel:
     left_out: dict[int, str] = field(default_factory=dict)
     start_time: float | None = None
     events_seen: int = 0
+    error_count: int = 0  # errors ever seen (`errors` keeps the newest 200)
     _merge_rounds: set = field(default_factory=set)
     _knob_versions: set = field(default_factory=set)
 
@@ -111,6 +112,7 @@ class RunModel:
         elif kind == "error":
             source = "showcase" if worker == "player" else f"worker {worker}"
             self.errors.append(f"{source}: {e.get('message', 'error')}")
+            self.error_count += 1
 
     def _latest_step(self) -> float:
         steps = [s.steps[-1] for s in self.returns.values() if len(s)]
@@ -203,7 +205,7 @@ class RunModel:
         if not seeding:
             return None
         step = min(p["step"] for p in seeding)
-        if step < cfg_seed_steps:
+        if step + 1 < cfg_seed_steps:  # the last seed step is where pretraining happens
             text = f"collecting seed steps with random actions: {int(step)} / {cfg_seed_steps}"
             return min(1.0, step / max(1, cfg_seed_steps)), text
         return 1.0, f"pretraining on the seed data ({cfg_seed_steps} updates)..."

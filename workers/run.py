@@ -149,6 +149,7 @@ class Run:
     ):
         self.path, self.cfg, self.settings, self.resumed = path, cfg, settings, resumed
         self._attached = attached
+        self._worker_nice = 0
         self.knobs = KnobStore(path)
         self._ctx = mp.get_context("spawn")
         self._pause, self._stop, self._checkpoint = (self._ctx.Event() for _ in range(3))
@@ -170,6 +171,11 @@ class Run:
     def attached(self) -> bool:
         """True for a view of a run another process started (Run.attach)."""
         return self._attached
+
+    @property
+    def started(self) -> bool:
+        """True once start() has spawned the workers (an attached run never starts them)."""
+        return bool(self._procs)
 
     def _owned_only(self) -> None:
         if self._attached:
@@ -224,6 +230,7 @@ class Run:
             threads=s.threads_per_worker,
             resume=resume,
             start_from_merged=from_merged,
+            nice=self._worker_nice,
         )
 
     def _spawn(self, spec: WorkerSpec) -> None:
@@ -237,8 +244,11 @@ class Run:
         process.start()
         self._procs[spec.index] = _Process(spec, process, snapshot)
 
-    def start(self) -> None:
+    def start(self, nice: int = 0) -> None:
+        """Spawn the workers. `nice` lowers their CPU priority: a window started them, and its
+        frames must not wait behind training (the time it takes is the same either way)."""
         self._owned_only()
+        self._worker_nice = nice
         for index in range(self.settings.workers):
             self._spawn(self._spec(index, resume=self.resumed))
 

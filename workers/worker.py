@@ -48,6 +48,7 @@ class WorkerSpec:
     threads: int = 1
     resume: bool = False
     start_from_merged: bool = False
+    nice: int = 0  # CPU priority below the process that started it (a window: see Run.start)
 
 
 def metrics_name(index: int) -> str:
@@ -168,6 +169,8 @@ class WorkerHooks:
 def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint) -> None:
     """Entry point of a spawned worker process."""
     torch.set_num_threads(spec.threads)
+    if spec.nice:
+        os.nice(spec.nice)
     run = RunDir(spec.run_path, metrics=metrics_name(spec.index), weights=f"worker-{spec.index}.pt")
     snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("starting")
     try:
