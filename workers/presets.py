@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from agent.config import KNOB_RANGES, MODEL_SIZES, Config, make_config
-from agent.envs import task_names
+from agent.envs import resolve_task, task_names
 from agent.errors import ConfigError, UserError
 from workers.knobs import WORKER_KNOB_RANGES
 
@@ -48,10 +48,12 @@ def demo_preset(device: str = "auto") -> Preset:
 def preset_config(preset: Preset, **overrides: object) -> Config:
     """The preset's config, with explicit overrides on top (validated by make_config).
     Runs from a preset train until stopped (10M agent steps) unless `steps` says otherwise."""
-    return make_config(
+    cfg = make_config(
         preset.model_size,
         **{"task": preset.task, "steps": 10_000_000, **preset.overrides, **overrides},
     )
+    resolve_task(cfg.task)  # an unknown name fails now, with the list of names
+    return cfg
 
 
 def tasks() -> list[str]:
