@@ -124,6 +124,15 @@ class DMControlEnv(gymnasium.Env):
         self._env.close()
 
 
+def action_dim(task: str) -> int:
+    """The task's action dimension (what the auto planner settings depend on)."""
+    env = make_env(task)
+    try:
+        return int(env.action_space.shape[0])
+    finally:
+        env.close()
+
+
 def make_env(task: str, seed: int = 0, action_repeat: int = 2, episode_length: int = 500):
     return DMControlEnv(task, seed, action_repeat, episode_length)
 

@@ -157,3 +157,16 @@ def test_control_worker_never_merges(tmp_path):
     assert len({s.cfg["seed"] for s in specs}) == 3, "each worker has its own seed"
     alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
     assert alone._spec(0, resume=False).merge_with == ()
+
+
+def test_auto_iterations_become_a_live_knob_with_the_planners_count(tmp_path):
+    # iterations=0 means "6, or 8 from 20 action dims": the run records the count it plans
+    # with, so the knob record is valid and a later change of another knob is accepted.
+    walker = Run.create(tmp_path / "w", tiny(10, task="walker-walk", iterations=0), RunSettings())
+    assert walker.cfg.iterations == 6
+    assert walker.knobs.read()[1]["iterations"] == 6
+    assert walker.set_knobs(horizon=4) == 1
+    humanoid = Run.create(
+        tmp_path / "h", tiny(10, task="humanoid-walk", iterations=0), RunSettings()
+    )
+    assert humanoid.knobs.read()[1]["iterations"] == 8

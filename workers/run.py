@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.agent import resolve_device
-from agent.config import Config
-from agent.envs import resolve_task
+from agent.config import Config, knobs_of
+from agent.envs import action_dim, resolve_task
 from agent.errors import ConfigError, UserError
-from workers.knobs import KnobStore
+from workers.knobs import KnobStore, validate_knobs
 from workers.player import FrameBuffer, PlayerSpec, ShowcaseControls, player_main, task_cameras
 from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
@@ -185,6 +185,12 @@ class Run:
     @classmethod
     def create(cls, path: str | Path, cfg: Config, settings: RunSettings) -> Run:
         resolve_task(cfg.task)
+        if cfg.iterations == 0:
+            # "Auto" becomes the count the planner runs: a live knob holds a real number.
+            cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(action_dim(cfg.task)))
+        validate_knobs(
+            cfg, {**knobs_of(cfg), "merge_every": settings.merge_every}
+        )  # before any write
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
         atomic_write_json(run_dir.path / RUN_FILE, dataclasses.asdict(settings))
