@@ -135,9 +135,9 @@ def test_showcase_camera_and_source_change_while_playing(player):
     assert first["weights_step"] >= 50 and first["weights_round"] >= 1  # merged after a merge
 
     player.set_showcase(camera=1)
-    assert wait_until(lambda: info(player)["camera"] == 1, timeout=10, poll=0.05)
+    assert wait_until(lambda: info(player)["camera"] == 1, timeout=60, poll=0.05)
     player.set_showcase(source=1)
-    assert wait_until(lambda: info(player)["source"] == 1, timeout=10, poll=0.05)
+    assert wait_until(lambda: info(player)["source"] == 1, timeout=60, poll=0.05)
     shown = info(player)
     assert shown["weights_step"] >= 50 and shown["camera"] == 1
 
@@ -155,7 +155,7 @@ def test_showcase_camera_and_source_change_while_playing(player):
 
     player.set_showcase(camera=-1, source=-1)  # MuJoCo's free camera, the merged weights
     assert wait_until(
-        lambda: (info(player)["camera"], info(player)["source"]) == (-1, -1), timeout=10
+        lambda: (info(player)["camera"], info(player)["source"]) == (-1, -1), timeout=60
     )
     frame, shown = player.read_frame()
     assert frame.std() > 5 and shown["weights_step"] >= first["weights_step"]
@@ -165,7 +165,7 @@ def test_reset_showcase_starts_a_new_episode(player):
     assert wait_until(lambda: 5 <= info(player)["step"] <= EPISODE // 4, timeout=30, poll=0.01)
     before = info(player)
     player.reset_showcase()
-    assert wait_until(lambda: info(player)["episode"] > before["episode"], timeout=10, poll=0.01)
+    assert wait_until(lambda: info(player)["episode"] > before["episode"], timeout=60, poll=0.01)
     after = info(player)
     assert after["episode"] == before["episode"] + 1 and after["step"] < EPISODE // 2
     # Ended by the reset, not by its time limit: no finished-episode record for it.

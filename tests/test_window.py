@@ -70,7 +70,7 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
 
     def x(*args: str) -> str:
         return subprocess.run(
-            args, env=env, check=True, capture_output=True, text=True, timeout=30
+            args, env=env, check=True, capture_output=True, text=True, timeout=120
         ).stdout
 
     app = subprocess.Popen(

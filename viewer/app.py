@@ -388,8 +388,8 @@ class App:
             while dpg.is_dearpygui_running() and not self.quit_requested:
                 begin = time.perf_counter()
                 self._guarded_tick()
-                # Draw when something moved (a video frame, new data, input in the last
-                # second), else only at IDLE_FPS: software GL under Xvfb costs ~10 ms a frame,
+                # Draw at once for a new video frame, a notice or input in the last second,
+                # else at IDLE_FPS: software GL under Xvfb costs 25-45 ms a frame,
                 # CPU time that the training workers would otherwise lose.
                 active = self.changed or time.monotonic() - self.last_activity < ACTIVE_S
                 if active or begin - last_draw >= 1.0 / IDLE_FPS:
@@ -455,9 +455,10 @@ class App:
             self.changed = True
         view = self.controller.view
         if view.version != self.view.version:
+            # New numbers are shown at the next idle frame (at most 1 / IDLE_FPS late), not
+            # drawn at once: they arrive 4 times a second and each frame costs a worker's time.
             self.view = view
             self._apply_view(view)
-            self.changed = True
         self._update_hover()
         if len(self.frame_times) > 10:
             fps = len(self.frame_times) / sum(self.frame_times)
