@@ -119,7 +119,7 @@ def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> 
         cfg = make_config(
             args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
         )
-    resolve_task(cfg.task)  # an unknown name fails now, with the list of names
+        resolve_task(cfg.task)  # an unknown name fails now (preset_config checks its own)
     return cfg
 
 

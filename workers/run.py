@@ -188,9 +188,8 @@ class Run:
         if cfg.iterations == 0:
             # "Auto" becomes the count the planner runs: a live knob holds a real number.
             cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(action_dim(cfg.task)))
-        validate_knobs(
-            cfg, {**knobs_of(cfg), "merge_every": settings.merge_every}
-        )  # before any write
+        # Refused knobs must leave nothing behind: check them before the first write.
+        validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
         atomic_write_json(run_dir.path / RUN_FILE, dataclasses.asdict(settings))
