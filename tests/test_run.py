@@ -11,6 +11,8 @@ from conftest import tiny_config
 
 from agent.errors import ConfigError, UserError
 from workers.run import Run, RunSettings
+from workers.rundir import load_state
+from workers.worker import checkpoint_path
 
 
 def tiny(steps: int, **overrides):
@@ -170,3 +172,27 @@ def test_auto_iterations_become_a_live_knob_with_the_planners_count(tmp_path):
         tmp_path / "h", tiny(10, task="humanoid-walk", iterations=0), RunSettings()
     )
     assert humanoid.knobs.read()[1]["iterations"] == 8
+
+
+def test_stop_during_pretraining_checkpoints_and_resume_finishes_it(tmp_path):
+    # Pretraining is seed_steps updates in one go (minutes on a CPU with real presets); a stop
+    # must end it at once with a checkpoint, and a resumed run does only the updates left.
+    seed_steps = 3000
+    run = Run.create(
+        tmp_path / "run", tiny(seed_steps + 100, seed_steps=seed_steps), RunSettings(workers=1)
+    )
+    run.start()
+    assert wait_until(lambda: run.progress()[0]["updates"] >= 20, timeout=300)
+    run.stop(timeout=120)
+    assert run.progress()[0]["state"] == "stopped" and run.progress()[0]["exitcode"] == 0
+    ckpt = load_state(checkpoint_path(run.path, 0), "cpu")
+    assert not ckpt["pretrained"] and 20 <= ckpt["pretrain_updates"] < seed_steps
+    assert ckpt["updates"] == ckpt["pretrain_updates"]
+
+    resumed = Run.resume(run.path)
+    resumed.start()
+    resumed.wait()
+    final = load_state(checkpoint_path(run.path, 0), "cpu")
+    assert final["pretrained"] and final["pretrain_updates"] == seed_steps
+    # One update per step after pretraining (steps_per_update 1), not a second full pretraining.
+    assert final["updates"] == seed_steps + (final["step"] - ckpt["step"])

@@ -190,8 +190,12 @@ def test_startup_progress_through_seeding_and_pretraining():
     seeding = [dict(worker=0, state="seeding", step=250), dict(worker=1, state="seeding", step=300)]
     fraction, text = model.startup(seeding, 1000)
     assert fraction == 0.25 and "250 / 1000" in text
-    pretraining = [dict(worker=0, state="seeding", step=1000)]
-    assert "pretraining" in model.startup(pretraining, 1000)[1]
+    pretraining = [
+        dict(worker=0, state="seeding", step=1000, updates=400),
+        dict(worker=1, state="seeding", step=1000, updates=300),
+    ]
+    fraction, text = model.startup(pretraining, 1000)
+    assert fraction == 0.3 and "pretraining" in text and "300 / 1000 updates" in text
     assert model.startup([dict(worker=0, state="training", step=1200)], 1000) is None
 
 

@@ -186,7 +186,7 @@ class Controller:
             self._run = run
         workers = run.settings.workers
         control = workers - 1 if run.settings.control_worker else None
-        self._model = RunModel(workers, run.cfg.seed_steps, control)
+        self._model = RunModel(workers, run.cfg.resolved_seed_steps, control)
         self._cameras = run.camera_names()
         published = published_curve(run.cfg.task)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
@@ -233,7 +233,7 @@ class Controller:
             workers=model.worker_rows(progress),
             knobs=model.knob_rows(requested, progress),
             knob_version=version,
-            startup=model.startup(progress, run.cfg.seed_steps)
+            startup=model.startup(progress, run.cfg.resolved_seed_steps)
             if self._phase == "running"
             else None,
             returns=model.return_lines(o.wall_axis, o.smoothing),

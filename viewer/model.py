@@ -208,7 +208,10 @@ class RunModel:
         if step + 1 < cfg_seed_steps:  # the last seed step is where pretraining happens
             text = f"collecting seed steps with random actions: {int(step)} / {cfg_seed_steps}"
             return min(1.0, step / max(1, cfg_seed_steps)), text
-        return 1.0, f"pretraining on the seed data ({cfg_seed_steps} updates)..."
+        # Pretraining does as many updates as there were seed steps (reported as they go).
+        updates = min(int(p.get("updates", 0)) for p in seeding)
+        text = f"pretraining on the seed data: {updates} / {cfg_seed_steps} updates"
+        return min(1.0, updates / max(1, cfg_seed_steps)), text
 
 
 def _finite(value: object) -> bool:

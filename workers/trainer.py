@@ -66,9 +66,13 @@ class Trainer:
         log_every_s: float = 10.0,
         step_hook: Callable[[Trainer], None] | None = None,
         write_config: bool = True,
+        update_hook: Callable[[Trainer], None] | None = None,
     ):
         self.cfg, self.run_dir = cfg, run_dir
         self.step_hook, self.write_config = step_hook, write_config
+        # Called after every update: the 1000s of pretraining updates take minutes on a CPU,
+        # and a stop or pause must not wait for them to end.
+        self.update_hook = update_hook
         self.env = make_vector_env(
             cfg.task, cfg.num_envs, cfg.seed, cfg.action_repeat, cfg.episode_length
         )
@@ -97,6 +101,7 @@ class Trainer:
         self.episode_returns: list[float] = []
         self.eval_returns: list[tuple[int, float]] = []
         self.pretrained = False
+        self.pretrain_updates = 0  # done so far; a run stopped while pretraining resumes there
         self.update_credit = 0.0
         self.rng = np.random.default_rng(cfg.seed)
 
@@ -109,6 +114,7 @@ class Trainer:
             "step": self.step,
             "updates": self.updates,
             "pretrained": self.pretrained,
+            "pretrain_updates": self.pretrain_updates,
             "update_credit": self.update_credit,
             "eval_returns": [list(e) for e in self.eval_returns],
             "knobs": knobs_of(self.agent.cfg),
@@ -125,6 +131,7 @@ class Trainer:
             bool(state["pretrained"]),
             float(state["update_credit"]),
         )
+        self.pretrain_updates = int(state.get("pretrain_updates", 0))
         self.eval_returns = [(int(s), float(r)) for s, r in state["eval_returns"]]
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
@@ -146,8 +153,12 @@ class Trainer:
         for i in range(count):
             info = self.agent.update(self.buffer.sample())
             self.updates += 1
+            if not self.pretrained:
+                self.pretrain_updates += 1
             if count > 1 and i % 50 == 0:
                 self.progress.show(self.step, phase=f"{phase} {i}/{count}")
+            if self.update_hook is not None:
+                self.update_hook(self)
         if info is not None and time.monotonic() - self._last_train_log > self.log_every_s:
             self._last_train_log = time.monotonic()
             losses = {k: float(v) for k, v in info.items()}
@@ -195,6 +206,8 @@ class Trainer:
         episodes = [_Episode(obs=[o]) for o in obs]
         t0 = torch.ones(n, dtype=torch.bool)
         next_eval = (self.step // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else None
+        if self.pretrain_updates and not self.pretrained:  # resumed from a stop mid-pretraining
+            self._pretrain(seed_steps)
         while self.step < cfg.steps:
             if self.step < seed_steps:
                 action = self.rng.uniform(-1, 1, env.action_space.shape)
@@ -217,8 +230,7 @@ class Trainer:
             self.progress.show(self.step)
             if self.step >= seed_steps and self.buffer.can_sample():
                 if not self.pretrained:
-                    self.pretrained = True
-                    self._update(seed_steps, "pretraining")
+                    self._pretrain(seed_steps)
                 else:
                     self.update_credit += n / self.agent.cfg.steps_per_update
                     count = int(self.update_credit)
@@ -231,6 +243,11 @@ class Trainer:
                 self._evaluate()
             if self.step_hook is not None:
                 self.step_hook(self)
+
+    def _pretrain(self, seed_steps: int) -> None:
+        """As many updates as there were seed steps (those a stop interrupted are not redone)."""
+        self._update(seed_steps - self.pretrain_updates, "pretraining")
+        self.pretrained = True
 
     def _finish_episode(self, ep: _Episode, terminated: bool, env_index: int) -> None:
         self.buffer.add_episode(

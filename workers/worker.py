@@ -137,6 +137,26 @@ class WorkerHooks:
         save_state(path, {**self.trainer.state_dict(), "knob_version": self.knob_version})
         self.trainer._log("checkpoint", path=str(path))
 
+    def obey_pause_and_stop(self) -> None:
+        while self.pause_event.is_set() and not self.stop_event.is_set():
+            self.set(state=STATES.index("paused"), heartbeat=time.time())
+            time.sleep(0.05)
+            self.apply_knobs()
+        # A run whose main process died (kill -9) must not leave orphans training on.
+        if self.stop_event.is_set() or os.getppid() != self.parent:
+            raise StopTraining
+
+    def between_updates(self, trainer: Trainer) -> None:
+        """Called after every update, so that pretraining (minutes of updates on a CPU) can be
+        paused, stopped and checkpointed, and its progress shown."""
+        if trainer.pretrained:
+            return  # training does few updates per agent step: the step hook is soon enough
+        if self.checkpoint_event.is_set():
+            self.checkpoint_event.clear()
+            self.checkpoint()
+        self.obey_pause_and_stop()
+        self.set(state=STATES.index("seeding"), updates=trainer.updates, heartbeat=time.time())
+
     def __call__(self, trainer: Trainer) -> None:
         self.apply_knobs()
         if self.backend is not None and trainer.step // self.merge_every > self.last_round:
@@ -147,13 +167,7 @@ class WorkerHooks:
             self.next_checkpoint = (
                 trainer.step // self.spec.checkpoint_every + 1
             ) * self.spec.checkpoint_every
-        while self.pause_event.is_set() and not self.stop_event.is_set():
-            self.set(state=STATES.index("paused"), heartbeat=time.time())
-            time.sleep(0.05)
-            self.apply_knobs()
-        # A run whose main process died (kill -9) must not leave orphans training on.
-        if self.stop_event.is_set() or os.getppid() != self.parent:
-            raise StopTraining
+        self.obey_pause_and_stop()
         phase = "training" if trainer.pretrained else "seeding"
         returns = trainer.episode_returns
         self.set(
@@ -188,7 +202,7 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint) -> None:
                 )
                 run.log("restarted_from_merged", step=trainer.step)
         hooks = WorkerHooks(spec, trainer, snapshot, pause, stop, checkpoint)
-        trainer.step_hook = hooks
+        trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
         summary = trainer.run()
         hooks.checkpoint()
         final = "stopped" if summary["interrupted"] else "done"
