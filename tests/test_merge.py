@@ -72,3 +72,21 @@ def test_non_finite_and_garbage_weights_never_poison_the_average(tmp_path):
     assert result.left_out[1] == "non-finite weights"
     assert torch.isfinite(result.merged["w"]).all()
     assert backend.merge(0, 2, _state(float("inf"))) is None
+
+
+def test_adam_moments_average_over_workers():
+    # The merge-optimiser benchmark's "averaged moments" choice: each moment the workers' mean.
+    from workers.bench_run import _optimiser_moments
+
+    states = []
+    for grad in (1.0, 3.0):
+        weight = torch.nn.Parameter(torch.zeros(3))
+        optim = torch.optim.Adam([weight])
+        weight.grad = torch.full((3,), grad)
+        optim.step()
+        states.append({"optim": optim.state_dict()})
+    averaged = _optimiser_moments(states, "optim")["state"][0]
+    first, second = (s["optim"]["state"][0] for s in states)
+    for moment in ("exp_avg", "exp_avg_sq"):
+        assert torch.allclose(averaged[moment], (first[moment] + second[moment]) / 2)
+        assert not torch.allclose(averaged[moment], first[moment])

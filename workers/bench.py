@@ -22,7 +22,12 @@ from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of
 from agent.envs import make_env
-from workers.bench_run import live_benchmark, merge_benchmark, merge_gain_benchmark
+from workers.bench_run import (
+    live_benchmark,
+    merge_benchmark,
+    merge_gain_benchmark,
+    merge_optimiser_benchmark,
+)
 from workers.cli import default_run_dir
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
@@ -273,6 +278,10 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         result = merge_gain_benchmark(cfg, counts, args.threshold, args.merge_every, root)
         Path(root).mkdir(parents=True, exist_ok=True)
         (Path(root) / "merge-gain.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.merge_optimiser:
+        result = merge_optimiser_benchmark(cfg, args.merge_optimiser, args.updates_after_merge)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.live:

@@ -1,7 +1,10 @@
-"""Benchmarks of the multi-worker machinery: merge cost, merging gain, knob lag, player cost."""
+"""Benchmarks of the multi-worker machinery: merge cost, merging gain, Adam moments at a merge,
+knob lag, player cost."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -13,8 +16,10 @@ import torch
 from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import make_env
-from workers.merge import FileMergeBackend
+from agent.errors import UserError
+from workers.merge import FileMergeBackend, average_states, distance
 from workers.run import Run, RunSettings
+from workers.trainer import StopTraining, Trainer
 
 
 def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
@@ -129,4 +134,80 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         "steps_per_s_per_worker_with_player": round(with_player, 2),
         "player_cost": round(1 - with_player / without, 3) if without else None,
         "player_frames_per_s": round(frames / (time.monotonic() - start), 2),
+    }
+
+
+def _trained_agent_state(cfg: Config, steps: int) -> tuple[dict, Trainer]:
+    """Train one agent in this process for `steps` agent steps; its state and trainer."""
+    trainer = Trainer(cfg, progress=False)
+
+    def stop_at(t: Trainer) -> None:
+        if t.step >= steps:
+            raise StopTraining
+
+    trainer.step_hook = stop_at
+    trainer.run()
+    return copy.deepcopy(trainer.agent.state_dict()), trainer
+
+
+def _optimiser_moments(states: list[dict], key: str) -> dict:
+    """One optimiser's state dict with Adam's moments averaged over the workers' copies."""
+    out = copy.deepcopy(states[0][key])
+    for index, entry in out["state"].items():
+        for moment in ("exp_avg", "exp_avg_sq"):
+            entry[moment] = torch.stack([s[key]["state"][index][moment] for s in states]).mean(0)
+    return out
+
+
+def merge_optimiser_benchmark(cfg: Config, train_steps: int, updates: int) -> dict:
+    """What to do with Adam's moments at a merge, measured: two workers train apart for
+    `train_steps`, their weights are averaged, and worker 0 goes on for `updates` updates
+    (the same batches and RNG for every choice) keeping its own moments, with the workers'
+    moments averaged, or with the moments reset; and, for reference, without the merge."""
+    if train_steps <= cfg.resolved_seed_steps:
+        raise UserError(
+            f"the workers must train past the seed steps ({cfg.resolved_seed_steps}) before "
+            f"a merge means anything; got {train_steps} steps"
+        )
+    seeds = (cfg.seed, cfg.seed + 1000)  # as the run seeds workers 0 and 1
+    states, trainers = zip(
+        *(_trained_agent_state(dataclasses.replace(cfg, seed=s), train_steps) for s in seeds)
+    )
+    merged = average_states([s["model"] for s in states])
+    buffer = trainers[0].buffer
+    batches = [buffer.sample() for _ in range(updates)]
+    obs_dim, action_dim = trainers[0].agent.obs_dim, trainers[0].agent.action_dim
+    averaged = {
+        "optim": _optimiser_moments(states, "optim"),
+        "pi_optim": _optimiser_moments(states, "pi_optim"),
+    }
+    choices = {  # name: (agent state, whether Adam starts afresh)
+        "no merge (reference)": (states[0], False),
+        "own moments (used)": ({**states[0], "model": merged}, False),
+        "averaged moments": ({**states[0], "model": merged, **averaged}, False),
+        "reset moments": ({**states[0], "model": merged}, True),
+    }
+    results = {}
+    for name, (state, reset) in choices.items():
+        agent = TDMPC2(cfg, obs_dim, action_dim)
+        agent.load_state_dict(copy.deepcopy(state), weights_only=reset)
+        start = {k: v.clone() for k, v in agent.model.state_dict().items()}
+        torch.manual_seed(cfg.seed)
+        losses, moved_10 = [], None
+        for i, batch in enumerate(batches):
+            losses.append(float(agent.update(batch)["total_loss"]))
+            if i == 9:
+                moved_10 = distance(agent.model.state_dict(), start)
+        results[name] = {
+            "loss_first_10": round(float(np.mean(losses[:10])), 4),
+            f"loss_first_{updates}": round(float(np.mean(losses)), 4),
+            "weights_moved_in_10_updates": round(moved_10, 4) if moved_10 is not None else None,
+        }
+    return {
+        "task": cfg.task,
+        "model_size": cfg.model_size,
+        "train_steps_apart": train_steps,
+        "updates_after_merge": updates,
+        "distance_between_workers": round(distance(states[0]["model"], states[1]["model"]), 4),
+        "choices": results,
     }

@@ -92,6 +92,16 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
     parser.add_argument("--merge-every", type=int, default=2500, help="agent steps (--merge-gain)")
+    parser.add_argument(
+        "--merge-optimiser",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="Adam moments at a merge: 2 workers train STEPS apart, then each choice is compared",
+    )
+    parser.add_argument(
+        "--updates-after-merge", type=int, default=100, help="updates compared (--merge-optimiser)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="agent steps (with --learning)")
     parser.add_argument("--run-dir", default=None, help="run directory (with --learning)")
     _add_config_flags(parser)
