@@ -105,8 +105,9 @@ def test_killed_worker_is_left_out_and_can_restart(tmp_path):
     run.restart_worker(1)
     assert wait_until(lambda: run.progress()[1]["state"] in ("seeding", "training"), timeout=60)
     run.stop()
-    restarted = events(run, "restarted_from_merged", 1)
-    assert restarted and victim["step"] > 0
+    restarted = events(run, "started_from_merged", 1)
+    # It counts on from the step of the worker that kept going, so their merge rounds line up.
+    assert restarted and victim["step"] > 0 and restarted[0]["step"] >= 120
     lines = (run.path / "worker-1.jsonl").read_text().splitlines()
     assert all(json.loads(line) for line in lines), "a metrics line was half-written"
 
@@ -157,8 +158,12 @@ def test_control_worker_never_merges(tmp_path):
     specs = [run._spec(i, resume=False) for i in range(3)]
     assert [s.merge_with for s in specs] == [(0, 1), (0, 1), ()]
     assert len({s.cfg["seed"] for s in specs}) == 3, "each worker has its own seed"
+    # A lone worker has the merge backend (it publishes its weights as the merged ones and
+    # merges once a worker is added); workers added later come after the control worker.
     alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
-    assert alone._spec(0, resume=False).merge_with == ()
+    assert alone._spec(0, resume=False).merge_with == (0,)
+    grown = RunSettings(workers=5, control_worker=True, added=2, removed=[0])
+    assert grown.control_index == 2 and grown.merging == [1, 3, 4] and grown.removed == (0,)
 
 
 def test_auto_iterations_become_a_live_knob_with_the_planners_count(tmp_path):
@@ -196,3 +201,46 @@ def test_stop_during_pretraining_checkpoints_and_resume_finishes_it(tmp_path):
     assert final["pretrained"] and final["pretrain_updates"] == seed_steps
     # One update per step after pretraining (steps_per_update 1), not a second full pretraining.
     assert final["updates"] == seed_steps + (final["step"] - ckpt["step"])
+
+
+def test_add_and_remove_workers_mid_run(tmp_path):
+    settings = RunSettings(workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=30)
+    run = Run.create(tmp_path / "run", tiny(700), settings)
+    with pytest.raises(UserError, match="start the run"):
+        run.add_worker()
+    run.start()
+    with pytest.raises(UserError, match="merged weights"):
+        run.add_worker()  # nothing merged yet to start it from
+    assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists())
+    watcher = Run.attach(run.path)  # a window attached to the run follows its workers
+    assert len(watcher.progress()) == 2
+    slowest = min(w["step"] for w in run.progress())
+    assert run.add_worker() == 2
+    assert json.loads((run.path / "run.json").read_text())["workers"] == 3
+    assert len(watcher.progress()) == 3
+    joined = lambda: events(run, "started_from_merged", 2)  # noqa: E731
+    assert wait_until(lambda: joined(), timeout=120)
+    assert joined()[0]["step"] >= slowest, "the new worker counts on from the others' step"
+    assert wait_until(
+        lambda: any(m["participants"] == [0, 1, 2] for m in events(run, "merge", 0)), timeout=240
+    ), "the added worker never took part in a merge"
+
+    run.remove_worker(0)
+    with pytest.raises(UserError, match="not in the run"):
+        run.remove_worker(0)
+    assert wait_until(lambda: run.progress()[0]["state"] == "removed", timeout=60)
+    removed_at = events(run, "stop", 0)[-1]["time"]
+    run.wait()
+    later = [m for m in events(run, "merge", 1) if m["time"] > removed_at]
+    assert later and all(m["participants"] == [1, 2] and "0" not in m["left_out"] for m in later)
+    assert [w["state"] for w in run.progress()] == ["removed", "done", "done"]
+    assert [w["state"] for w in watcher.progress()] == ["removed", "done", "done"]
+
+    resumed = Run.resume(run.path, steps=800)
+    assert resumed.settings.active == [1, 2]
+    resumed.start()
+    assert sorted(resumed._procs) == [1, 2], "a removed worker is not resumed"
+    resumed.stop()
+    with pytest.raises(UserError, match="at least one worker"):
+        alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
+        alone.remove_worker(0)

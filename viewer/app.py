@@ -39,7 +39,11 @@ HELP = """Keyboard (as in the MuJoCo viewer, where they fit)
 
 Knobs apply to every worker before its next agent step; the text beside each
 slider shows the value the workers run with now until all have applied it.
-Ctrl+click a slider to type a value; values outside the range cannot be entered."""
+Ctrl+click a slider to type a value; values outside the range cannot be entered.
+
+Add worker: a new worker starts from the merged weights at the others' step.
+Remove worker: the newest merging worker checkpoints and leaves the run; the
+others merge without it, and a resumed run leaves it out."""
 # Knobs entered as numbers rather than dragged (wide ranges).
 TYPED_KNOBS = {"merge_every": 500, "num_samples": 64, "num_elites": 8}
 KNOB_DEBOUNCE_S = 0.35
@@ -231,6 +235,17 @@ class App:
             dpg.add_button(
                 label="Restart crashed", tag="restart", callback=self.controller.restart_crashed
             )
+        with dpg.group(horizontal=True):
+            dpg.add_button(
+                label="Add worker", tag="add_worker", callback=self.controller.add_worker
+            )
+            with dpg.tooltip("add_worker"):
+                dpg.add_text("A new worker starts from the merged weights at the others' step.")
+            dpg.add_button(
+                label="Remove worker", tag="remove_worker", callback=self.controller.remove_worker
+            )
+            with dpg.tooltip("remove_worker"):
+                dpg.add_text("The newest merging worker writes a checkpoint and leaves the run.")
 
     def _build_workers(self) -> None:
         dpg.add_spacer(height=4)

@@ -98,6 +98,12 @@ class Controller:
     def restart_crashed(self) -> None:
         self._commands.put(self._restart_crashed)
 
+    def add_worker(self) -> None:
+        self._commands.put(self._add_worker)
+
+    def remove_worker(self) -> None:
+        self._commands.put(self._remove_worker)
+
     def set_showcase(self, **kwargs: int) -> None:
         self._commands.put(lambda: self._call("set_showcase", **kwargs))
 
@@ -170,6 +176,22 @@ class Controller:
                 self._run.restart_worker(row["worker"])
                 self.notices.put(f"worker {row['worker']} restarted from the merged weights")
 
+    def _add_worker(self) -> None:
+        if self._run is not None:
+            index = self._run.add_worker()
+            self.notices.put(f"worker {index} added: it starts from the merged weights")
+
+    def _remove_worker(self) -> None:
+        """Take out the newest merging worker (the control worker, if any, stays)."""
+        run = self._run
+        if run is None:
+            return
+        merging = run.settings.merging
+        if not merging:
+            raise UserError("no merging worker left to remove")
+        run.remove_worker(merging[-1])
+        self.notices.put(f"worker {merging[-1]} removed: it writes a checkpoint and leaves")
+
     def _open(self, make_run: Callable[[], Run]) -> None:
         self._stop_run()
         self._phase = "starting"
@@ -222,6 +244,7 @@ class Controller:
             self.view = View(**base)
             return
         progress = run.progress()
+        in_run = [p for p in progress if p["state"] != "removed"]
         version, requested = run.knobs.read()
         merges, knob_marks, _ = model.marks(o.wall_axis)
         self.view = View(
@@ -231,9 +254,9 @@ class Controller:
             attached=run.attached,
             paused=self._paused,
             workers=model.worker_rows(progress),
-            knobs=model.knob_rows(requested, progress),
+            knobs=model.knob_rows(requested, in_run),
             knob_version=version,
-            startup=model.startup(progress, run.cfg.resolved_seed_steps)
+            startup=model.startup(in_run, run.cfg.resolved_seed_steps)
             if self._phase == "running"
             else None,
             returns=model.return_lines(o.wall_axis, o.smoothing),
@@ -246,7 +269,7 @@ class Controller:
             errors=list(model.errors),
             error_count=model.error_count,
             cameras=self._cameras,
-            sources=["merged"] + [model.worker_label(w) for w in range(model.workers)],
+            sources=["merged"] + [model.worker_label(w) for w in range(run.settings.workers)],
         )
 
 

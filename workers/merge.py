@@ -7,13 +7,17 @@ own Adam moments, buffer and RNG. A worker whose weights are not finite is left 
 The file backend (one machine): each worker writes its weights for merge round r into
 merge/worker-K.pt (atomic rename, under a file lock), waits a bounded time for the others to
 reach round r, averages the set it found and writes merge/merged.pt. A slow or dead worker is
-left out of that round, never waited for past the timeout. Each file also records the agent
-step of its weights (merged.pt: the largest among the participants), which the showcase shows.
+left out of that round, never waited for past the timeout. Who takes part is read from
+merge/members.json before each merge (the run rewrites it when a worker is added or removed),
+so a removed worker is not waited for and an added one joins the next round. Each file also
+records the agent step of its weights (merged.pt: the largest among the participants), which the
+showcase shows.
 A torch.distributed backend only has to implement `merge` with an all-reduce.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -24,7 +28,7 @@ import torch
 from filelock import FileLock
 
 from agent.errors import WeightsError
-from workers.rundir import load_state, save_state
+from workers.rundir import atomic_write_json, load_state, save_state
 
 State = dict[str, torch.Tensor]
 
@@ -83,6 +87,24 @@ class MergeBackend(Protocol):
         ...
 
 
+MEMBERS = "members.json"
+
+
+def write_members(run_path: str | Path, workers: list[int]) -> None:
+    """Record which workers take part in merges from now on (atomic)."""
+    path = Path(run_path) / "merge" / MEMBERS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"workers": sorted(workers)})
+
+
+def merged_step(run_path: str | Path) -> int:
+    """The agent step of the newest merged weights (-1: none, or unreadable)."""
+    try:
+        return int(load_state(Path(run_path) / "merge" / "merged.pt").get("step", 0))
+    except (WeightsError, ValueError, TypeError):
+        return -1
+
+
 class FileMergeBackend:
     """Merging through files in the run directory, for workers on one machine."""
 
@@ -90,6 +112,16 @@ class FileMergeBackend:
         self.dir = Path(run_path) / "merge"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.workers, self.timeout_s = list(workers), timeout_s
+
+    def members(self) -> list[int]:
+        """The workers taking part now: members.json if the run wrote one, else those given."""
+        try:
+            found = json.loads((self.dir / MEMBERS).read_text())["workers"]
+            if isinstance(found, list) and all(isinstance(w, int) for w in found):
+                self.workers = found
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none yet, or damaged: keep the last good list
+        return list(self.workers)
 
     def _path(self, worker: int) -> Path:
         return self.dir / f"worker-{worker}.pt"
@@ -137,7 +169,7 @@ class FileMergeBackend:
             found: dict[int, State] = {worker: state}
             steps = {worker: step}
             left_out: dict[int, str] = {}
-            for other in self.workers:
+            for other in self.members():
                 if other == worker:
                     continue
                 entry = self._read(other)
@@ -166,16 +198,18 @@ class FileMergeBackend:
             left_out=left_out,
             distances={w: distance(s, merged) for w, s in found.items()},
         )
-        payload = {
-            "round": round_,
-            "time": time.time(),
-            "participants": result.participants,
-            "model": merged,
-        }
         known = [s for s in steps.values() if s is not None]
-        if known:  # the merged weights are as trained as the furthest participant
-            payload["step"] = max(known)
+        # The merged weights are as trained as the furthest participant.
+        self.publish_merged(round_, merged, result.participants, max(known) if known else None)
+        return result
+
+    def publish_merged(
+        self, round_: int, state: State, participants: list[int], step: int | None
+    ) -> None:
+        payload = {"round": round_, "time": time.time(), "participants": participants}
+        payload["model"] = {k: v.cpu() for k, v in state.items()}
+        if step is not None:
+            payload["step"] = int(step)
         merged_path = self.dir / "merged.pt"
         with self._lock(merged_path):
             save_state(merged_path, payload)
-        return result

@@ -5,6 +5,7 @@ The headless command, the tests and the viewer all use this class:
     run = Run.create(path, cfg, workers=2, merge_every=2500)   # or Run.resume(path)
     run.start(); run.set_knobs(horizon=5); run.progress(); run.new_events()
     run.pause(); run.resume_training(); run.checkpoint(); run.stop()
+    run.add_worker(); run.remove_worker(k); run.restart_worker(k)
     run.start_player(); run.set_showcase(camera=1, source=-1); run.read_frame()
 
 Run.attach(path) gives the same reading, knob and showcase API over a run that another process
@@ -29,7 +30,15 @@ from agent.config import Config, knobs_of
 from agent.envs import action_dim, resolve_task
 from agent.errors import ConfigError, UserError
 from workers.knobs import KnobStore, validate_knobs
-from workers.player import FrameBuffer, PlayerSpec, ShowcaseControls, player_main, task_cameras
+from workers.merge import merged_step, write_members
+from workers.player import (
+    FrameBuffer,
+    PlayerSpec,
+    ShowcaseControls,
+    merged_file,
+    player_main,
+    task_cameras,
+)
 from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
@@ -48,8 +57,11 @@ class RunSettings:
     checkpoint_every: int = 10_000
     merge_timeout_s: float = 30.0
     threads_per_worker: int = 1
+    added: int = 0  # workers added mid-run: the last `added` indices (the control is before them)
+    removed: tuple[int, ...] = ()  # workers taken out mid-run: stopped, not merged, not resumed
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
         if self.workers < 1:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
         if self.merge_every < 1:
@@ -57,12 +69,26 @@ class RunSettings:
         if self.checkpoint_every < 1:
             raise ConfigError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
 
+    @property
+    def control_index(self) -> int | None:
+        """The worker that never merges (the last one the run started with), if any."""
+        return self.workers - self.added - 1 if self.control_worker else None
+
+    @property
+    def active(self) -> list[int]:
+        return [i for i in range(self.workers) if i not in self.removed]
+
+    @property
+    def merging(self) -> list[int]:
+        return [i for i in self.active if i != self.control_index]
+
 
 @dataclass
 class _Process:
     spec: WorkerSpec
     process: mp.Process
     snapshot: object
+    leave: object  # Event: this worker alone stops (removed from the run)
 
 
 @dataclass
@@ -157,6 +183,7 @@ class Run:
         self._offsets: dict[str, int] = {}
         self._pending: deque[dict] = deque(maxlen=PENDING_MAX)
         self._seen = {index: _Seen() for index in range(settings.workers)}
+        self._settings_changed = 0  # run.json's mtime when an attached run last read it
         self._reported_dead: set[int] = set()
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
@@ -192,10 +219,19 @@ class Run:
         validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
-        atomic_write_json(run_dir.path / RUN_FILE, dataclasses.asdict(settings))
         run = cls(run_dir.path, cfg, settings, resumed=False)
+        run._save_settings(settings)
         run.knobs.initialise(cfg, settings.merge_every)
         return run
+
+    def _save_settings(self, settings: RunSettings) -> None:
+        """Record the settings (run.json) and who merges (read by the workers before each
+        merge); both atomic."""
+        atomic_write_json(self.path / RUN_FILE, dataclasses.asdict(settings))
+        write_members(self.path, settings.merging)
+        self.settings = settings
+        for index in range(settings.workers):
+            self._seen.setdefault(index, _Seen())
 
     @classmethod
     def resume(cls, path: str | Path, steps: int | None = None) -> Run:
@@ -207,6 +243,7 @@ class Run:
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
         run.knobs.read()  # a damaged knob record is an error now, not in every worker
+        write_members(path, settings.merging)  # runs from before members.json have none
         return run
 
     @classmethod
@@ -220,51 +257,100 @@ class Run:
         return run
 
     # processes ---------------------------------------------------------------------
-    def _spec(self, index: int, resume: bool, from_merged: bool = False) -> WorkerSpec:
+    def _spec(
+        self, index: int, resume: bool, from_merged: bool = False, join_step: int = 0
+    ) -> WorkerSpec:
         s = self.settings
-        merging = [i for i in range(s.workers) if not (s.control_worker and i == s.workers - 1)]
-        merges = index in merging and len(merging) > 1
         cfg = dataclasses.replace(self.cfg, seed=self.cfg.seed + 1000 * index)
         return WorkerSpec(
             index=index,
             run_path=str(self.path),
             cfg=dataclasses.asdict(cfg),
-            merge_with=tuple(merging) if merges else (),
+            # Every merging worker gets the backend: one alone merges once a worker is added.
+            merge_with=tuple(s.merging) if index in s.merging else (),
             merge_timeout_s=s.merge_timeout_s,
             checkpoint_every=s.checkpoint_every,
             threads=s.threads_per_worker,
             resume=resume,
             start_from_merged=from_merged,
+            join_step=join_step,
             nice=self._worker_nice,
         )
 
     def _spawn(self, spec: WorkerSpec) -> None:
         snapshot = self._ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False)
+        leave = self._ctx.Event()
         process = self._ctx.Process(
             target=worker_main,
-            args=(spec, snapshot, self._pause, self._stop, self._checkpoint),
+            args=(spec, snapshot, self._pause, self._stop, self._checkpoint, leave),
             name=f"tdmpc2-worker-{spec.index}",
             daemon=True,
         )
         process.start()
-        self._procs[spec.index] = _Process(spec, process, snapshot)
+        self._procs[spec.index] = _Process(spec, process, snapshot, leave)
 
     def start(self, nice: int = 0) -> None:
         """Spawn the workers. `nice` lowers their CPU priority: a window started them, and its
         frames must not wait behind training (the time it takes is the same either way)."""
         self._owned_only()
         self._worker_nice = nice
-        for index in range(self.settings.workers):
+        for index in self.settings.active:
             self._spawn(self._spec(index, resume=self.resumed))
 
     def restart_worker(self, index: int) -> None:
-        """Start a dead worker again: from its checkpoint if any, else from the merged weights."""
+        """Start a dead worker again: from its checkpoint if any, else from the merged weights
+        (joining at the step of the others, see add_worker)."""
         self._owned_only()
         old = self._procs.get(index)
         if old is not None and old.process.is_alive():
             raise UserError(f"worker {index} is still running")
+        if index in self.settings.removed:
+            raise UserError(f"worker {index} was removed from the run; add a new one instead")
         self._reported_dead.discard(index)
-        self._spawn(self._spec(index, resume=True, from_merged=True))
+        self._spawn(self._spec(index, resume=True, from_merged=True, join_step=self._join_step()))
+
+    def _join_step(self) -> int:
+        """Where a worker starting from the merged weights begins counting agent steps: with the
+        slowest running merging worker, so that its merge rounds line up with theirs."""
+        running = [
+            w["step"]
+            for w in self.progress()
+            if w["alive"] and w["worker"] in self.settings.merging and w["state"] != "starting"
+        ]
+        return int(min(running)) if running else merged_step(self.path)
+
+    def add_worker(self) -> int:
+        """Add a merging worker to the running run; returns its index. It starts from the merged
+        weights at the step of the others (no random seed steps: it acts with the merged policy
+        and starts updating once its first episode is in its own buffer)."""
+        self._owned_only()
+        if not self.started:
+            raise UserError("start the run before adding workers")
+        if not merged_file(self.path).exists():
+            raise UserError(
+                "a new worker starts from the merged weights and there are none yet: add it "
+                f"after the first merge (every {self.knobs.read()[1]['merge_every']} steps)"
+            )
+        index, join_step = self.settings.workers, self._join_step()
+        self._save_settings(
+            dataclasses.replace(self.settings, workers=index + 1, added=self.settings.added + 1)
+        )
+        self._spawn(self._spec(index, resume=False, from_merged=True, join_step=join_step))
+        return index
+
+    def remove_worker(self, index: int) -> None:
+        """Take a worker out of the run: the others stop merging with it at once, and it writes
+        its checkpoint and exits (a resumed run leaves it out too)."""
+        self._owned_only()
+        s = self.settings
+        if index not in s.active:
+            raise UserError(f"worker {index} is not in the run (workers: {s.active})")
+        if len(s.active) == 1:
+            raise UserError("a run needs at least one worker: stop the run instead")
+        self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
+        process = self._procs.get(index)
+        if process is not None:
+            process.leave.set()
 
     def start_player(
         self,
@@ -413,13 +499,19 @@ class Run:
         """
         if self._attached:
             self._poll()
-            return [self._seen[i].progress(i) for i in range(self.settings.workers)]
+            rows = [self._seen[i].progress(i) for i in range(self.settings.workers)]
+            for row in rows:
+                if row["worker"] in self.settings.removed and not row["alive"]:
+                    row["state"] = "removed"
+            return rows
         out = []
         for index, p in sorted(self._procs.items()):
             values = dict(zip(SNAPSHOT_FIELDS, p.snapshot[:]))
             state = STATES[int(values.pop("state"))]
             if not p.process.is_alive() and state not in ("done", "stopped"):
                 state = "crashed"
+            if index in self.settings.removed and not p.process.is_alive():
+                state = "removed"
             out.append(
                 {
                     "worker": index,
@@ -445,9 +537,23 @@ class Run:
         self._pending.clear()
         return events
 
+    def _follow_settings(self) -> None:
+        """An attached run's owner can add or remove workers: follow its run.json."""
+        try:
+            changed = (self.path / RUN_FILE).stat().st_mtime_ns
+            if changed != self._settings_changed:
+                self._settings_changed = changed
+                self.settings = _read_record(self.path)[1]
+                for index in range(self.settings.workers):
+                    self._seen.setdefault(index, _Seen())
+        except (OSError, UserError):
+            pass  # being replaced right now, or damaged: keep the last good settings
+
     def _poll(self) -> None:
         """Read the records appended since the last poll: queued for new_events, and noted
         per worker (an attached run's progress)."""
+        if self._attached:
+            self._follow_settings()
         sources = [(index, metrics_name(index)) for index in range(self.settings.workers)]
         for index, name in [*sources, ("player", "player.jsonl")]:
             path = self.path / name

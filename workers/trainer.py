@@ -136,6 +136,12 @@ class Trainer:
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
 
+    def start_at(self, step: int) -> None:
+        """Begin with weights trained elsewhere for `step` agent steps (the merged ones): count
+        on from there, with no random seed steps and no pretraining burst; updates begin once
+        the first episode is in this trainer's own buffer."""
+        self.step, self.pretrained = step, True
+
     # logging -----------------------------------------------------------------------
     def _log(self, kind: str, **fields: object) -> None:
         if self.run_dir is not None:

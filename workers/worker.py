@@ -48,6 +48,7 @@ class WorkerSpec:
     threads: int = 1
     resume: bool = False
     start_from_merged: bool = False
+    join_step: int = 0  # from the merged weights: the agent step it starts counting from
     nice: int = 0  # CPU priority below the process that started it (a window: see Run.start)
 
 
@@ -62,14 +63,12 @@ def checkpoint_path(run_path: str | Path, index: int) -> Path:
 class WorkerHooks:
     """Called by the trainer after every agent step."""
 
-    def __init__(self, spec: WorkerSpec, trainer: Trainer, snapshot, pause, stop, checkpoint):
+    def __init__(
+        self, spec: WorkerSpec, trainer: Trainer, snapshot, pause, stop, checkpoint, leave
+    ):
         self.spec, self.trainer = spec, trainer
-        self.snapshot, self.pause_event, self.stop_event, self.checkpoint_event = (
-            snapshot,
-            pause,
-            stop,
-            checkpoint,
-        )
+        self.snapshot, self.pause_event, self.checkpoint_event = snapshot, pause, checkpoint
+        self.stop_events = (stop, leave)  # the whole run stops, or this worker leaves it
         self.parent = os.getppid()
         self.knobs = KnobStore(spec.run_path)
         self.knob_version = -1
@@ -111,10 +110,15 @@ class WorkerHooks:
     def merge(self) -> None:
         t = self.trainer
         round_ = t.step // self.merge_every
+        if self.backend.members() == [self.spec.index]:
+            # Alone (so far): still publish the weights as the merged ones, for the showcase
+            # and for a worker added later, but a merge of one is no merge to report.
+            self.backend.publish_merged(round_, self._model_state(), [self.spec.index], t.step)
+            self.last_round = round_
+            return
         self.set(state=STATES.index("merging"))
         start = time.perf_counter()
-        model_state = {k: v.detach().cpu() for k, v in t.agent.model.state_dict().items()}
-        result = self.backend.merge(self.spec.index, round_, model_state, step=t.step)
+        result = self.backend.merge(self.spec.index, round_, self._model_state(), step=t.step)
         if result is None:
             t._log("merge_skipped", round=round_, reason="own weights are not finite")
         else:
@@ -131,19 +135,25 @@ class WorkerHooks:
         self.last_round = round_
         self.set(merges=self.merges)
 
+    def _model_state(self) -> dict:
+        return {k: v.detach().cpu() for k, v in self.trainer.agent.model.state_dict().items()}
+
     def checkpoint(self) -> None:
         path = checkpoint_path(self.spec.run_path, self.spec.index)
         path.parent.mkdir(exist_ok=True)
         save_state(path, {**self.trainer.state_dict(), "knob_version": self.knob_version})
         self.trainer._log("checkpoint", path=str(path))
 
+    def _stopping(self) -> bool:
+        return any(event.is_set() for event in self.stop_events)
+
     def obey_pause_and_stop(self) -> None:
-        while self.pause_event.is_set() and not self.stop_event.is_set():
+        while self.pause_event.is_set() and not self._stopping():
             self.set(state=STATES.index("paused"), heartbeat=time.time())
             time.sleep(0.05)
             self.apply_knobs()
         # A run whose main process died (kill -9) must not leave orphans training on.
-        if self.stop_event.is_set() or os.getppid() != self.parent:
+        if self._stopping() or os.getppid() != self.parent:
             raise StopTraining
 
     def between_updates(self, trainer: Trainer) -> None:
@@ -180,7 +190,7 @@ class WorkerHooks:
         )
 
 
-def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint) -> None:
+def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave) -> None:
     """Entry point of a spawned worker process."""
     torch.set_num_threads(spec.threads)
     if spec.nice:
@@ -200,8 +210,9 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint) -> None:
                 trainer.agent.model.load_state_dict(
                     load_state(merged, trainer.agent.device)["model"]
                 )
-                run.log("restarted_from_merged", step=trainer.step)
-        hooks = WorkerHooks(spec, trainer, snapshot, pause, stop, checkpoint)
+                trainer.start_at(spec.join_step)
+                run.log("started_from_merged", step=trainer.step)
+        hooks = WorkerHooks(spec, trainer, snapshot, pause, stop, checkpoint, leave)
         trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
         summary = trainer.run()
         hooks.checkpoint()
