@@ -49,6 +49,7 @@ TYPED_KNOBS = {"merge_every": 500, "num_samples": 64, "num_elites": 8}
 KNOB_DEBOUNCE_S = 0.35
 IDLE_FPS = 5.0  # frames drawn per second when nothing changes
 ACTIVE_S = 1.0  # after any input, draw at the full rate for this long
+TAB_MIN = 180  # pixels the speed / losses / distance charts keep before the returns chart
 
 
 class App:
@@ -381,9 +382,12 @@ class App:
         dpg.configure_item("viewport_draw", width=image_w, height=image_h)
         dpg.configure_item("viewport_bg", pmax=(image_w, image_h))
         dpg.configure_item("viewport_image", pmax=(image_w, image_h))
-        returns = int(body * 0.46) - (56 if self._startup_shown else 0)
-        self.plots["returns"].set_height(returns)
         workers = 64 + 27 * max(2, self._worker_rows)
+        # The returns chart gives way first, so the tabbed charts keep a readable height
+        # (TAB_MIN) as workers are added.
+        returns = max(200, min(int(body * 0.46), body - workers - 110 - TAB_MIN))
+        returns -= 56 if self._startup_shown else 0
+        self.plots["returns"].set_height(returns)
         tab_height = max(120, body - returns - workers - 110)
         for name in ("speed", "losses", "distances"):
             self.plots[name].set_height(tab_height)
