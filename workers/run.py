@@ -317,7 +317,7 @@ class Run:
             for w in self.progress()
             if w["alive"] and w["worker"] in self.settings.merging and w["state"] != "starting"
         ]
-        return int(min(running)) if running else merged_step(self.path)
+        return int(min(running)) if running else max(0, merged_step(self.path))
 
     def add_worker(self) -> int:
         """Add a merging worker to the running run; returns its index. It starts from the merged

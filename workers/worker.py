@@ -19,7 +19,7 @@ import torch
 from agent.config import Config
 from agent.errors import ConfigError
 from workers.knobs import KnobStore, agent_knobs
-from workers.merge import FileMergeBackend
+from workers.merge import FileMergeBackend, is_finite
 from workers.rundir import RunDir, load_state, save_state
 from workers.trainer import StopTraining, Trainer
 
@@ -113,7 +113,9 @@ class WorkerHooks:
         if self.backend.members() == [self.spec.index]:
             # Alone (so far): still publish the weights as the merged ones, for the showcase
             # and for a worker added later, but a merge of one is no merge to report.
-            self.backend.publish_merged(round_, self._model_state(), [self.spec.index], t.step)
+            state = self._model_state()
+            if is_finite(state):
+                self.backend.publish_merged(round_, state, [self.spec.index], t.step)
             self.last_round = round_
             return
         self.set(state=STATES.index("merging"))
