@@ -385,10 +385,10 @@ class App:
         workers = 64 + 27 * max(2, self._worker_rows)
         # The returns chart gives way first, so the tabbed charts keep a readable height
         # (TAB_MIN) as workers are added.
-        returns = max(200, min(int(body * 0.46), body - workers - 110 - TAB_MIN))
-        returns -= 56 if self._startup_shown else 0
+        startup = 56 if self._startup_shown else 0  # the start-up progress bar above the charts
+        returns = max(200, min(int(body * 0.46), body - workers - 110 - TAB_MIN)) - startup
         self.plots["returns"].set_height(returns)
-        tab_height = max(120, body - returns - workers - 110)
+        tab_height = max(120, body - startup - returns - workers - 110)
         for name in ("speed", "losses", "distances"):
             self.plots[name].set_height(tab_height)
         dpg.configure_item("log", height=tab_height)
