@@ -5,13 +5,14 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from test_run import tiny, wait_until
 
 from agent.errors import ConfigError, UserError
 from workers.merge import FileMergeBackend
-from workers.player import model_weights, weights_file
+from workers.player import FrameBuffer, Pace, model_weights, weights_file
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
 
@@ -173,3 +174,26 @@ def test_reset_showcase_starts_a_new_episode(player):
     lines = log.read_text().splitlines() if log.exists() else []
     finished = [json.loads(line) for line in lines if '"showcase_episode"' in line]
     assert before["episode"] not in [e["episode"] for e in finished]
+
+
+def test_frame_buffer_renders_only_frames_the_reader_takes():
+    frames = FrameBuffer(4, 6)
+    try:
+        assert frames.wanted()  # nothing written yet
+        frames.write(np.full((4, 6, 3), 7, np.uint8), episode=0, step=1, weights_round=-1, ret=1.5)
+        assert not frames.wanted() and frames.sequence() == 2
+        frame, shown = frames.read()
+        assert frames.wanted() and frame.mean() == 7 and shown["return"] == 1.5
+        assert shown["pace"] == 1.0  # the default: real time
+        frames.write(frame, episode=0, step=2, weights_round=-1, ret=2.0, pace=0.25)
+        assert not frames.wanted() and frames.read()[1]["pace"] == 0.25
+    finally:
+        frames.close(unlink=True)
+
+
+def test_pace_is_the_share_of_simulated_time_per_wall_second():
+    slow = Pace(step_seconds=0.02, window_s=5.0)
+    speeds = [slow.step(0.1 * i) for i in range(30)]  # 10 steps a wall second: 0.2 s simulated
+    assert speeds[0] == 1.0 and abs(speeds[-1] - 0.2) < 1e-9
+    fast = Pace(step_seconds=0.02)
+    assert fast.step(0.0) == 1.0 and fast.step(0.001) == 1.0  # never reported above real time

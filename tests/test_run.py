@@ -188,6 +188,7 @@ def test_stop_during_pretraining_checkpoints_and_resume_finishes_it(tmp_path):
     )
     run.start()
     assert wait_until(lambda: run.progress()[0]["updates"] >= 20, timeout=300)
+    assert run.progress()[0]["state"] == "pretraining"
     run.stop(timeout=120)
     assert run.progress()[0]["state"] == "stopped" and run.progress()[0]["exitcode"] == 0
     ckpt = load_state(checkpoint_path(run.path, 0), "cpu")

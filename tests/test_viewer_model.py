@@ -191,11 +191,15 @@ def test_startup_progress_through_seeding_and_pretraining():
     fraction, text = model.startup(seeding, 1000)
     assert fraction == 0.25 and "250 / 1000" in text
     pretraining = [
-        dict(worker=0, state="seeding", step=1000, updates=400),
-        dict(worker=1, state="seeding", step=1000, updates=300),
+        dict(worker=0, state="pretraining", step=999, updates=400),
+        dict(worker=1, state="pretraining", step=999, updates=300),
     ]
     fraction, text = model.startup(pretraining, 1000)
     assert fraction == 0.3 and "pretraining" in text and "300 / 1000 updates" in text
+    # while one worker still collects seed steps the bar shows those
+    mixed = [pretraining[0], dict(worker=1, state="seeding", step=900)]
+    assert "seed steps" in model.startup(mixed, 1000)[1]
+    assert [r["state"] for r in model.worker_rows(pretraining)] == ["pretraining"] * 2
     assert model.startup([dict(worker=0, state="training", step=1200)], 1000) is None
 
 

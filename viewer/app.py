@@ -22,7 +22,9 @@ import numpy as np
 
 from viewer import theme
 from viewer.controller import Controller, View
+from viewer.input_watch import InputWatch
 from viewer.model import KNOB_LABELS, LOSSES
+from viewer.pacing import FramePacer
 from viewer.plots import LinePlot, nearest_point
 from viewer.recorder import ClipRecorder, save_screenshot
 from workers.presets import cuda_available, knob_ranges, model_sizes, tasks
@@ -47,8 +49,7 @@ others merge without it, and a resumed run leaves it out."""
 # Knobs entered as numbers rather than dragged (wide ranges).
 TYPED_KNOBS = {"merge_every": 500, "num_samples": 64, "num_elites": 8}
 KNOB_DEBOUNCE_S = 0.35
-IDLE_FPS = 5.0  # frames drawn per second when nothing changes
-ACTIVE_S = 1.0  # after any input, draw at the full rate for this long
+NO_WATCH_IDLE_S = 0.2  # without an input watch, input is noticed only at a frame: draw often
 TAB_MIN = 180  # pixels the speed / losses / distance charts keep before the returns chart
 
 
@@ -78,7 +79,8 @@ class App:
         self.status_message = ("", theme.MUTED)
         self.log_lines: deque[str] = deque(maxlen=300)
         self.quit_requested = False
-        self.last_activity = time.monotonic()
+        self.pacer = FramePacer(fps_cap)
+        self.input_watch: InputWatch | None = None
         self.changed = True
         self._tick_failed = False
         self._frame_buffer = np.zeros(FRAME_H * FRAME_W * 3, dtype=np.float32)
@@ -149,6 +151,9 @@ class App:
         dpg.set_viewport_resize_callback(lambda *_: self._layout())
         dpg.setup_dearpygui()
         dpg.show_viewport()
+        self.input_watch = InputWatch.open()
+        if self.input_watch is None:
+            self.pacer.idle_s = NO_WATCH_IDLE_S
         self._layout()
 
     def _build_menu(self) -> None:
@@ -400,28 +405,29 @@ class App:
         if self.open_first is not None:
             self.controller.open(self.open_first)
         previous = signal.signal(signal.SIGTERM, lambda *_: self._quit())
-        start = last = next_due = last_draw = time.perf_counter()
+        start = last = next_due = time.perf_counter()
         self._ui_map_written = False
         frames = 0
         try:
             while dpg.is_dearpygui_running() and not self.quit_requested:
                 begin = time.perf_counter()
-                self._guarded_tick()
-                # Draw at once for a new video frame, a notice or input in the last second,
-                # else at IDLE_FPS: software GL under Xvfb costs 25-45 ms a frame,
-                # CPU time that the training workers would otherwise lose.
-                active = self.changed or time.monotonic() - self.last_activity < ACTIVE_S
-                if active or begin - last_draw >= 1.0 / IDLE_FPS:
+                self._guarded(self.tick)
+                now = time.monotonic()
+                if not self.pacer.active(now) and self._input_seen():
+                    self.pacer.input(now)
+                if self.pacer.due(now, self.changed or self._news()):
                     self.changed = False
-                    last_draw = begin
+                    self._guarded(self.prepare_frame)
                     dpg.render_dearpygui_frame()
                     dpg.run_callbacks(dpg.get_callback_queue())
                     frames += 1
-                    self.work_ms.append((time.perf_counter() - begin) * 1000)
+                    work = time.perf_counter() - begin
+                    self.pacer.drew(now, work)
+                    self.work_ms.append(work * 1000)
                     self.frame_stamps.append(begin)
-                    now = time.perf_counter()
-                    self.frame_times.append(now - last)
-                    last = now
+                    end = time.perf_counter()
+                    self.frame_times.append(end - last)
+                    last = end
                 if frames == 30 and self.ui_map_path and not self._ui_map_written:
                     self._ui_map_written = True
                     self._write_ui_map()
@@ -455,10 +461,10 @@ class App:
             "work_ms_max": round(float(times.max()), 2),
         }
 
-    def _guarded_tick(self) -> None:
+    def _guarded(self, step: Callable[[], None]) -> None:
         # A drawing bug must not take the training run down with the window: report it once.
         try:
-            self.tick()
+            step()
         except Exception as err:
             if not self._tick_failed:
                 self._tick_failed = True
@@ -466,16 +472,24 @@ class App:
                 self._notify(f"error: window update failed ({type(err).__name__}: {err})")
 
     def tick(self) -> None:
-        """One frame's work: new frame into the texture, new view into the widgets."""
-        self._update_frame()
+        """Every loop turn, drawn or not: send knob changes, show notices."""
         self._flush_knobs()
         while not self.controller.notices.empty():
             self._notify(self.controller.notices.get())
             self.changed = True
+
+    def _news(self) -> bool:
+        """A new showcase frame or new numbers wait to be shown."""
+        seq = self.controller.frame_sequence()  # odd while the player writes
+        new_frame = seq > 0 and seq % 2 == 0 and seq != self.frame_seq
+        return new_frame or self.controller.view.version != self.view.version
+
+    def prepare_frame(self) -> None:
+        """Before a frame is drawn: the newest showcase frame into the texture, the newest
+        view into the widgets. Skipped frames are never copied (latest wins)."""
+        self._update_frame()
         view = self.controller.view
         if view.version != self.view.version:
-            # New numbers are shown at the next idle frame (at most 1 / IDLE_FPS late), not
-            # drawn at once: they arrive 4 times a second and each frame costs a worker's time.
             self.view = view
             self._apply_view(view)
         self._update_hover()
@@ -511,6 +525,9 @@ class App:
         line1 = f"{view.task}  ·  {whose} ({weights})"
         episode, t, ret = info.get("episode", 0) + 1, info.get("step", 0), info.get("return", 0.0)
         line2 = f"episode {episode}  ·  t {t}  ·  return {ret:.1f}"
+        pace = info.get("pace", 1.0)
+        if pace < 0.95:  # the player is held to a CPU budget: say that this is slow motion
+            line2 += f"  ·  slow motion {pace:.2f}x"
         flags = []
         if self.render_paused:
             flags.append("rendering paused (Space)")
@@ -617,7 +634,14 @@ class App:
 
     # callbacks -----------------------------------------------------------------------
     def _activity(self, *_) -> None:
-        self.last_activity = time.monotonic()
+        self.pacer.input(time.monotonic())
+
+    def _input_seen(self) -> bool:
+        """Input over the window since the last tick, asked of the X server (no frame drawn)."""
+        if self.input_watch is None:
+            return False
+        width, height = dpg.get_viewport_client_width(), dpg.get_viewport_client_height()
+        return self.input_watch.poll(width, height)
 
     def _on_knob(self, sender, value, name) -> None:
         self.pending_knobs[name] = int(value)

@@ -10,11 +10,13 @@ interacting phase moves the pointer with xdotool.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -50,50 +52,85 @@ def frame_stats(stamps: list[float], work_ms: list[float], start: float, end: fl
     }
 
 
-def viewer_benchmark(run: Run, seconds: float) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def x_server_pids() -> list[int]:
+    """The X servers on this machine (Xvfb under xvfb-run): part of what a window costs."""
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() in ("Xvfb", "Xorg", "Xwayland"):
+                pids.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
     workers = run.settings.workers
     run.start(nice=WORKER_NICE)  # as the window starts them
     while not all(w["state"] == "training" for w in run.progress()):
         time.sleep(0.5)
-    marks: list[tuple[float, list[float]]] = []  # (time, steps of each worker)
+    # (time, steps of each worker, CPU seconds of each process group)
+    marks: list[tuple[float, list[float], dict[str, float]]] = []
+    pids = {"window": [os.getpid()], "x_server": x_server_pids()}
 
     def mark() -> None:
-        marks.append((time.perf_counter(), [w["step"] for w in run.progress()]))
+        pids.update(run.process_ids())
+        cpu = {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}
+        marks.append((time.perf_counter(), [w["step"] for w in run.progress()], cpu))
 
     def rate(i: int) -> float:
-        (t0, s0), (t1, s1) = marks[i], marks[i + 1]
+        (t0, s0, _), (t1, s1, _) = marks[i], marks[i + 1]
         return sum(b - a for a, b in zip(s0, s1)) / (t1 - t0) / workers
+
+    def cores(i: int) -> dict[str, float]:
+        """CPU cores each process group used between mark i and mark i + 1."""
+        (t0, _, c0), (t1, _, c1) = marks[i], marks[i + 1]
+        return {name: round((c1[name] - c0.get(name, 0.0)) / (t1 - t0), 3) for name in c1}
 
     controller = Controller((FRAME_H, FRAME_W))
     mark()
     time.sleep(seconds)
     mark()
     controller.open(lambda: run)  # starts the showcase player; the workers already run
-    # One window for both windowed phases (Dear PyGui cannot open a second one per process):
-    # watching for `seconds`, then the pointer moves over it for `seconds`.
+    app = App(controller, None)
     stop = threading.Event()
 
-    def start_moving() -> None:
-        mark()
+    def drive() -> None:
+        # One window for both windowed phases (Dear PyGui cannot open a second one per
+        # process). Its start-up (the player loading PyTorch and the task) is not measured:
+        # phases start once the first showcase frame is on screen.
+        deadline = time.monotonic() + 180
+        while app.frame_info is None and time.monotonic() < deadline and not app.quit_requested:
+            time.sleep(0.2)
+        time.sleep(warmup)
+        mark()  # watching: nobody touches the window
+        time.sleep(seconds)
+        mark()  # interacting: the pointer moves over it all the time
         threading.Thread(target=_wiggle_pointer, args=(stop,), daemon=True).start()
-
-    def stop_moving() -> None:
+        time.sleep(seconds)
         mark()
         stop.set()
+        app.quit_requested = True
 
-    timers = [threading.Timer(seconds, start_moving), threading.Timer(2 * seconds, stop_moving)]
-    for timer in timers:
-        timer.start()
-    app = App(controller, None, max_seconds=2 * seconds + 0.5)
+    threading.Thread(target=drive, daemon=True).start()
     app.run()
     run.stop_player()
-    mark()  # (a half-second of closing the window is not counted below)
+    mark()  # (closing the window and the player is not counted below)
     time.sleep(seconds)
     mark()
     controller.shutdown()
-    before, watching, interacting, after = rate(0), rate(1), rate(2), rate(4)
+    before, watching, interacting, after = rate(0), rate(2), rate(3), rate(5)
     baseline = (before + after) / 2
-    t_watch, t_move, t_end = marks[1][0], marks[2][0], marks[3][0]
+    t_watch, t_move, t_end = marks[2][0], marks[3][0], marks[4][0]
     return {
         "workers": workers,
         "phase_seconds": seconds,
@@ -107,6 +144,12 @@ def viewer_benchmark(run: Run, seconds: float) -> dict:
         "window_cost_interacting": round(1 - interacting / baseline, 3),
         "window_watching": frame_stats(app.frame_stamps, app.work_ms, t_watch, t_move),
         "window_interacting": frame_stats(app.frame_stamps, app.work_ms, t_move, t_end),
+        "cores_used": {
+            "no_window_before": cores(0),
+            "window_watching": cores(2),
+            "window_interacting": cores(3),
+            "no_window_after": cores(5),
+        },
     }
 
 
@@ -136,4 +179,6 @@ def main(argv: list[str]) -> int:
                 f" (p99 {s['work_ms_p99']}, max {s['work_ms_max']}); cost on training "
                 f"{result[f'window_cost_{name}'] * 100:.1f} %"
             )
+        for phase, used in result["cores_used"].items():
+            print(f"cores used, {phase}: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     return 0

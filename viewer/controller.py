@@ -118,6 +118,15 @@ class Controller:
     def stop(self) -> None:
         self._commands.put(self._stop_run)
 
+    def frame_sequence(self) -> int:
+        """The showcase's frame counter, to see whether a new frame came without copying it."""
+        if not self._run_lock.acquire(blocking=False):
+            return 0
+        try:
+            return self._run.frame_sequence() if self._run is not None else 0
+        finally:
+            self._run_lock.release()
+
     def read_frame(self):
         """The newest showcase frame and its info, or None; never waits."""
         if not self._run_lock.acquire(blocking=False):

@@ -169,7 +169,7 @@ class RunModel:
         for p in progress:
             w = p["worker"]
             state = p["state"]
-            if state in ("training", "seeding", "merging") and w in self.left_out:
+            if state in ("training", "seeding", "pretraining", "merging") and w in self.left_out:
                 state = f"{state}, left out of merge"
             ret = p.get("last_return", math.nan)
             rows.append(
@@ -202,14 +202,15 @@ class RunModel:
         if any(p["state"] == "starting" for p in progress):
             return 0.0, "starting workers (loading PyTorch and MuJoCo)..."
         seeding = [p for p in progress if p["state"] == "seeding"]
-        if not seeding:
-            return None
-        step = min(p["step"] for p in seeding)
-        if step + 1 < cfg_seed_steps:  # the last seed step is where pretraining happens
+        pretraining = [p for p in progress if p["state"] == "pretraining"]
+        if seeding:
+            step = min(p["step"] for p in seeding)
             text = f"collecting seed steps with random actions: {int(step)} / {cfg_seed_steps}"
             return min(1.0, step / max(1, cfg_seed_steps)), text
+        if not pretraining:
+            return None
         # Pretraining does as many updates as there were seed steps (reported as they go).
-        updates = min(int(p.get("updates", 0)) for p in seeding)
+        updates = min(int(p.get("updates", 0)) for p in pretraining)
         text = f"pretraining on the seed data: {updates} / {cfg_seed_steps} updates"
         return min(1.0, updates / max(1, cfg_seed_steps)), text
 

@@ -29,10 +29,12 @@ from agent.errors import WeightsError
 from workers.rundir import RunDir, load_state
 
 # int64 header slots: sequence, height, width, then the frame info (INFO fields in order), the
-# rest reserved so fields can be added without changing the layout of those before them.
+# rest reserved so fields can be added without changing the layout of those before them; the
+# last slot is the reader's: the sequence of the frame it took last.
 HEADER = 16
-INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weights_step")
+INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weights_step", "pace")
 _INFO_AT = 3  # first info slot
+_TAKEN = HEADER - 1
 
 
 class FrameBuffer:
@@ -58,12 +60,31 @@ class FrameBuffer:
         camera: int = 0,
         source: int = -1,
         weights_step: int = -1,
+        pace: float = 1.0,
     ) -> None:
         self.header[0] += 1  # odd: writing
         self.pixels[:] = frame
-        info = (episode, step, weights_round, int(ret * 1000), camera, source, weights_step)
+        info = (
+            episode,
+            step,
+            weights_round,
+            int(ret * 1000),
+            camera,
+            source,
+            weights_step,
+            int(pace * 1000),
+        )
         self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
         self.header[0] += 1  # even: complete
+
+    def wanted(self) -> bool:
+        """True when the reader has taken the newest frame (or there is none yet): a frame
+        rendered now would be shown. The writer renders no more frames than are shown."""
+        return int(self.header[_TAKEN]) == int(self.header[0])
+
+    def sequence(self) -> int:
+        """Grows with every frame written: a reader can see whether a new one came, cheaply."""
+        return int(self.header[0])
 
     def read(self) -> tuple[np.ndarray, dict] | None:
         """The newest complete frame and its info, or None if none yet (or mid-write)."""
@@ -74,8 +95,10 @@ class FrameBuffer:
         values = self.header[_INFO_AT : _INFO_AT + len(INFO)].copy()
         if int(self.header[0]) != seq:
             return None
+        self.header[_TAKEN] = seq
         info: dict = dict(zip(INFO, (int(v) for v in values)))
         info["return"] /= 1000
+        info["pace"] /= 1000
         info["sequence"] = seq
         return frame, info
 
@@ -95,7 +118,7 @@ class PlayerSpec:
     width: int
     realtime: bool = True
     camera_id: int = 0  # used only when player_main gets no controls
-    max_fps: float = 30.0  # rendering is the player's main cost: cap it, skip frames beyond it
+    max_fps: float = 30.0  # most frames rendered per second (and only those the reader takes)
     cpu_share: float = 0.0  # most CPU time per second it may use (cores); 0: no limit
 
 
@@ -225,6 +248,31 @@ class _ShownWeights:
                 self.round, self.step = -1, -1
 
 
+def light_rendering(env: DMControlEnv) -> None:
+    """Render a 400x300 view for a fraction of the default cost: no multisampling and a
+    smaller shadow map (on software GL 11 ms a frame instead of 28, the look nearly the same)."""
+    quality = env.physics.model.vis.quality
+    quality.offsamples = 0
+    quality.shadowsize = min(quality.shadowsize, 512)
+
+
+class Pace:
+    """The showcase's speed relative to the simulation's clock over the last few seconds."""
+
+    def __init__(self, step_seconds: float, window_s: float = 5.0):
+        self.step_seconds, self.window_s = step_seconds, window_s
+        self.times: list[float] = []
+
+    def step(self, now: float) -> float:
+        self.times.append(now)
+        while self.times[0] < now - self.window_s:
+            self.times.pop(0)
+        span = now - self.times[0]
+        if span <= 0:
+            return 1.0
+        return min(1.0, (len(self.times) - 1) * self.step_seconds / span)
+
+
 def player_main(
     spec: PlayerSpec, render_paused, stop, controls: ShowcaseControls | None = None
 ) -> None:
@@ -245,11 +293,13 @@ def player_main(
         cfg.episode_length,
         render_size=(spec.height, spec.width),
     )
+    light_rendering(env)
     agent = TDMPC2(cfg, env.observation_space.shape[0], env.action_space.shape[0])
     frames = FrameBuffer(spec.height, spec.width, spec.frame_name, create=False)
     log = RunDir(spec.run_path, metrics="player.jsonl")
     shown = _ShownWeights(agent, Path(spec.run_path), log)
     step_seconds = env.physics.timestep() * cfg.action_repeat
+    pace = Pace(step_seconds)
     episode, last_render = 0, 0.0
     try:
         while not stop.is_set() and os.getppid() == parent:
@@ -267,7 +317,9 @@ def player_main(
                 obs, reward, terminated, truncated, _ = env.step(action.numpy())
                 total, t, t0, done = total + reward, t + 1, False, terminated or truncated
                 now = time.monotonic()
-                if not render_paused.is_set() and now - last_render >= 1.0 / spec.max_fps:
+                speed = pace.step(now)
+                due = now - last_render >= 1.0 / spec.max_fps
+                if due and frames.wanted() and not render_paused.is_set():
                     last_render = now
                     camera = controls.camera.value
                     frames.write(
@@ -279,6 +331,7 @@ def player_main(
                         camera=camera,
                         source=shown.source,
                         weights_step=shown.step,
+                        pace=speed,
                     )
                 budget.throttle()
                 if spec.realtime:

@@ -43,7 +43,7 @@ from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
 RUN_FILE = "run.json"
-DEFAULT_SHARE = 0.15  # showcase CPU budget (cores) when training on the CPU
+DEFAULT_SHARE = 0.1  # showcase CPU budget (cores) when training on the CPU
 ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
 PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called
 ATTACHED = "this run is attached: pause/stop/checkpoint it from the process that started it"
@@ -198,6 +198,12 @@ class Run:
     def attached(self) -> bool:
         """True for a view of a run another process started (Run.attach)."""
         return self._attached
+
+    def process_ids(self) -> dict[str, list[int]]:
+        """Operating-system ids of the live worker processes and of the showcase player."""
+        workers = [p.process.pid for p in self._procs.values() if p.process.is_alive()]
+        player = [self._player.pid] if self._player is not None and self._player.is_alive() else []
+        return {"workers": [pid for pid in workers if pid is not None], "player": player}
 
     @property
     def started(self) -> bool:
@@ -362,7 +368,7 @@ class Run:
     ) -> None:
         """Start the showcase player, rendering frames of the size the reader asks for.
 
-        `cpu_share` caps its CPU time (cores); by default 0.15 when the workers train on the
+        `cpu_share` caps its CPU time (cores); by default 0.1 when the workers train on the
         CPU (it then plays in slow motion rather than slow them) and no cap with a GPU."""
         if cpu_share is None:
             cpu_share = 0.0 if resolve_device(self.cfg.device).type == "cuda" else DEFAULT_SHARE
@@ -438,6 +444,10 @@ class Run:
     def read_frame(self):
         """(frame HxWx3 uint8, info) of the newest complete showcase frame, or None."""
         return self._frames.read() if self._frames is not None else None
+
+    def frame_sequence(self) -> int:
+        """The showcase frames' sequence counter (see FrameBuffer.sequence); 0 before any."""
+        return self._frames.sequence() if self._frames is not None else 0
 
     def stop_player(self) -> None:
         if self._player is not None:

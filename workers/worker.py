@@ -34,7 +34,18 @@ SNAPSHOT_FIELDS = (
     "updates",
     "heartbeat",
 )
-STATES = ("starting", "seeding", "training", "merging", "paused", "stopped", "crashed", "done")
+# Appended, never reordered: the snapshot stores a state as its index here.
+STATES = (
+    "starting",
+    "seeding",
+    "training",
+    "merging",
+    "paused",
+    "stopped",
+    "crashed",
+    "done",
+    "pretraining",
+)
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,7 @@ class WorkerHooks:
             self.checkpoint_event.clear()
             self.checkpoint()
         self.obey_pause_and_stop()
-        self.set(state=STATES.index("seeding"), updates=trainer.updates, heartbeat=time.time())
+        self.set(state=STATES.index("pretraining"), updates=trainer.updates, heartbeat=time.time())
 
     def __call__(self, trainer: Trainer) -> None:
         self.apply_knobs()
