@@ -296,6 +296,28 @@ def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
     assert resume_and_stop(run, signal.SIGTERM) >= stopped_at - 50
 
 
+def test_attached_window_pauses_and_stops_a_headless_run(tmp_path):
+    from workers.run import Run
+
+    run = tmp_path / "run"
+    proc = start("--headless", *TWO_WORKERS, "--run-dir", str(run))
+    assert wait_for(lambda: (run / "merge" / "merged.pt").exists(), 180)
+    attached = Run.attach(run)  # what --attach RUN_DIR opens the window on
+    attached.pause()
+    states = lambda: [w["state"] for w in attached.progress()]  # noqa: E731
+    assert wait_for(lambda: states() == ["paused", "paused"], 60), states()
+    attached.resume_training()
+    assert wait_for(lambda: states() == ["attached-running"] * 2, 60), states()
+    attached.request_stop()
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert "attached window asked: stop: done" in stderr and "Traceback" not in stderr
+    assert "attached window asked: pause: done" in stderr
+    assert states() == ["stopped", "stopped"]
+    for w in (0, 1):
+        assert (run / "checkpoints" / f"worker-{w}.pt").exists()
+
+
 def test_kill_9_of_the_whole_program_then_resume(tmp_path):
     run = tmp_path / "run"
     proc = start("--headless", *TWO_WORKERS, "--checkpoint-every", "150", "--run-dir", str(run))

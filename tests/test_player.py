@@ -111,19 +111,33 @@ def test_attach_sees_events_progress_and_sets_knobs(live):
     assert all(w["merges"] >= 1 for w in attached.progress())
 
 
-def test_attach_refuses_to_control_workers(live):
+def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
     attached = Run.attach(live.path)
-    for refused in (
-        attached.pause,
-        attached.resume_training,
-        attached.checkpoint,
-        attached.start,
-        lambda: attached.restart_worker(0),
-    ):
-        with pytest.raises(UserError, match="attached"):
-            refused()
-    attached.set_showcase(camera=-1, source=1)  # the showcase is local: it may be changed
-    assert attached.showcase_settings() == {"camera": -1, "source": 1}
+    with pytest.raises(UserError, match="attached"):
+        attached.start()  # workers are started by the owner only
+    attached.pause()
+    served = live.serve_requests()  # the owner's loop (command line or window) does this
+    assert [(r["action"], r["error"]) for r in served] == [("pause", None)]
+    paused = lambda: [w["state"] for w in attached.progress()] == ["paused", "paused"]  # noqa: E731
+    assert wait_until(paused, timeout=60), attached.progress()
+    assert all(w["alive"] for w in attached.progress())
+    attached.resume_training()
+    live.serve_requests()
+    assert wait_until(lambda: not paused() and attached.progress()[0]["alive"], timeout=60)
+    attached.new_events()
+    attached.checkpoint()
+    live.serve_requests()
+    saved: set = set()
+
+    def saved_by_both() -> bool:
+        saved.update(e["worker"] for e in attached.new_events() if e["kind"] == "checkpoint")
+        return saved == {0, 1}
+
+    assert wait_until(saved_by_both, timeout=60), saved
+    with pytest.raises(UserError, match="not in the run"):
+        attached.remove_worker(7)  # checked here: nothing is sent
+    attached.request_stop()
+    assert [r["action"] for r in live.serve_requests()] == ["stop"]  # the owner stops itself
     attached.stop()  # only a local player (none here): the workers go on
     time.sleep(0.5)
     assert all(w["alive"] and w["state"] not in ("stopped", "done") for w in live.progress())

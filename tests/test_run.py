@@ -236,6 +236,8 @@ def test_add_and_remove_workers_mid_run(tmp_path):
     assert later and all(m["participants"] == [1, 2] and "0" not in m["left_out"] for m in later)
     assert [w["state"] for w in run.progress()] == ["removed", "done", "done"]
     assert [w["state"] for w in watcher.progress()] == ["removed", "done", "done"]
+    with pytest.raises(UserError, match="no process is training this run"):
+        watcher.pause()  # nobody would serve the request
 
     resumed = Run.resume(run.path, steps=800)
     assert resumed.settings.active == [1, 2]

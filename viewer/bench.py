@@ -80,6 +80,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
         time.sleep(0.5)
     # (time, steps of each worker, CPU seconds of each process group)
     marks: list[tuple[float, list[float], dict[str, float]]] = []
+    paces: dict[str, float] = {}  # the showcase's speed (share of real time) in each phase
     pids = {"window": [os.getpid()], "x_server": x_server_pids()}
 
     def mark() -> None:
@@ -114,9 +115,11 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
         time.sleep(warmup)
         mark()  # watching: nobody touches the window
         time.sleep(seconds)
+        paces["watching"] = (app.frame_info or {}).get("pace", 0.0)
         mark()  # interacting: the pointer moves over it all the time
         threading.Thread(target=_wiggle_pointer, args=(stop,), daemon=True).start()
         time.sleep(seconds)
+        paces["interacting"] = (app.frame_info or {}).get("pace", 0.0)
         mark()
         stop.set()
         app.quit_requested = True
@@ -144,6 +147,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
         "window_cost_interacting": round(1 - interacting / baseline, 3),
         "window_watching": frame_stats(app.frame_stamps, app.work_ms, t_watch, t_move),
         "window_interacting": frame_stats(app.frame_stamps, app.work_ms, t_move, t_end),
+        "showcase_pace": paces,
         "cores_used": {
             "no_window_before": cores(0),
             "window_watching": cores(2),
@@ -179,6 +183,7 @@ def main(argv: list[str]) -> int:
                 f" (p99 {s['work_ms_p99']}, max {s['work_ms_max']}); cost on training "
                 f"{result[f'window_cost_{name}'] * 100:.1f} %"
             )
+        print("showcase speed (share of real time):", result["showcase_pace"])
         for phase, used in result["cores_used"].items():
             print(f"cores used, {phase}: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     return 0

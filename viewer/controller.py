@@ -63,6 +63,10 @@ class View:
     machine: str = ""
 
 
+# Run methods that, for an attached run, go to the process that owns it as requests.
+OWNER_ACTIONS = ("pause", "resume_training", "checkpoint")
+
+
 class Controller:
     def __init__(self, frame_size: tuple[int, int] = (300, 400)):
         self.frame_size = frame_size
@@ -116,7 +120,8 @@ class Controller:
             run.pause_rendering(paused)  # sets an Event: never blocks
 
     def stop(self) -> None:
-        self._commands.put(self._stop_run)
+        """The Stop button: stop the run (attached: ask the process that owns it to)."""
+        self._commands.put(self._stop_button)
 
     def frame_sequence(self) -> int:
         """The showcase's frame counter, to see whether a new frame came without copying it."""
@@ -167,8 +172,18 @@ class Controller:
         getattr(self._run, method)(**kwargs)
         if method in ("pause", "resume_training"):
             self._paused = method == "pause"
+            notice = notice or ("training paused" if self._paused else "training resumed")
+        if notice and self._run.attached and method in OWNER_ACTIONS:
+            notice = f"{notice}: asked of the process that owns the run"
         if notice:
             self.notices.put(notice)
+
+    def _stop_button(self) -> None:
+        if self._run is not None and self._run.attached:
+            self._run.request_stop()
+            self.notices.put("stop asked of the process that owns the run: its workers stop")
+            return
+        self._stop_run()
 
     def _set_knobs(self, changes: dict) -> None:
         if self._run is not None:
@@ -188,7 +203,8 @@ class Controller:
     def _add_worker(self) -> None:
         if self._run is not None:
             index = self._run.add_worker()
-            self.notices.put(f"worker {index} added: it starts from the merged weights")
+            verb = "asked for" if self._run.attached else "added"
+            self.notices.put(f"worker {index} {verb}: it starts from the merged weights")
 
     def _remove_worker(self) -> None:
         """Take out the newest merging worker (the control worker, if any, stays)."""
@@ -199,7 +215,8 @@ class Controller:
         if not merging:
             raise UserError("no merging worker left to remove")
         run.remove_worker(merging[-1])
-        self.notices.put(f"worker {merging[-1]} removed: it writes a checkpoint and leaves")
+        verb = "removal asked" if run.attached else "removed"
+        self.notices.put(f"worker {merging[-1]} {verb}: it writes a checkpoint and leaves")
 
     def _open(self, make_run: Callable[[], Run]) -> None:
         self._stop_run()
@@ -244,7 +261,21 @@ class Controller:
             model.ingest(run.new_events())
             for index in run.dead_workers():
                 self.notices.put(f"worker {index} crashed; the others go on")
+            if not run.attached:
+                self._serve_requests(run)
         self._publish()
+
+    def _serve_requests(self, run: Run) -> None:
+        """This window owns the run: serve what windows attached to it asked for."""
+        for request in run.serve_requests():
+            action = request["action"].replace("_", " ")
+            outcome = f"refused: {request['error']}" if request["error"] else "done"
+            self.notices.put(f"an attached window asked: {action}: {outcome}")
+            if request["action"] in ("pause", "resume_training") and not request["error"]:
+                self._paused = request["action"] == "pause"
+            if request["action"] == "stop":
+                self._stop_run()
+                return
 
     def _publish(self) -> None:
         run, model, o = self._run, self._model, self.options
@@ -261,7 +292,8 @@ class Controller:
             task=run.cfg.task,
             run_path=str(run.path),
             attached=run.attached,
-            paused=self._paused,
+            # Attached: as the workers report it (the owner or another window may pause).
+            paused=any(p["state"] == "paused" for p in in_run) if run.attached else self._paused,
             workers=model.worker_rows(progress),
             knobs=model.knob_rows(requested, in_run),
             knob_version=version,

@@ -162,10 +162,17 @@ def run_workers(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     run.start()
-    interrupted = False
+    interrupted, ticks = False, 0
     try:
         while any(w["alive"] for w in run.progress()):
-            time.sleep(2.0)
+            time.sleep(0.5)  # requests from an attached window are served within this
+            if _serve_requests(run):  # a stop asked for is not an interruption: exit code 0
+                print("stopping, as an attached window asked...", file=sys.stderr)
+                run.stop()
+                break
+            ticks += 1
+            if ticks % 4:
+                continue
             for index in run.dead_workers():
                 print(f"worker {index} died; the others go on", file=sys.stderr)
             if not args.quiet:
@@ -180,6 +187,18 @@ def run_workers(args: argparse.Namespace) -> int:
         run.stop()
     print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
     return 130 if interrupted else 0
+
+
+def _serve_requests(run) -> bool:
+    """Serve an attached window's requests, saying so; True when one asked to stop."""
+    stop = False
+    for request in run.serve_requests():
+        action = request["action"].replace("_", " ")
+        worker = f" {request['worker']}" if "worker" in request else ""
+        outcome = f"refused: {request['error']}" if request["error"] else "done"
+        print(f"attached window asked: {action}{worker}: {outcome}", file=sys.stderr)
+        stop = stop or request["action"] == "stop"
+    return stop
 
 
 def run_headless(args: argparse.Namespace) -> int:

@@ -39,14 +39,18 @@ from workers.player import (
     player_main,
     task_cameras,
 )
+from workers.requests import RequestLog
 from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
 RUN_FILE = "run.json"
-DEFAULT_SHARE = 0.1  # showcase CPU budget (cores) when training on the CPU
+DEFAULT_SHARE = 0.08  # showcase CPU budget (cores) when training on the CPU
 ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
 PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called
-ATTACHED = "this run is attached: pause/stop/checkpoint it from the process that started it"
+NOT_SERVED = (
+    "no process is training this run now (no worker has written a record for a minute), so "
+    "nobody would serve the request: continue the run with --resume {path}"
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class _Process:
     process: mp.Process
     snapshot: object
     leave: object  # Event: this worker alone stops (removed from the run)
+    checkpoint: object  # Event: save a checkpoint now (one per worker: each clears its own)
 
 
 @dataclass
@@ -103,6 +108,7 @@ class _Seen:
     updates: float = 0.0
     heartbeat: float = 0.0  # time of the newest record (the writer's clock, this machine)
     ended: str | None = None  # "done", "stopped" or "crashed" once such a record was seen
+    paused: bool = False  # a "pause" record came and no record of training since
 
     def see(self, event: dict) -> None:
         def number(key: str) -> float | None:
@@ -118,6 +124,8 @@ class _Seen:
         # A worker logs its checkpoint after its stop record; anything else means it runs again.
         if kind not in ("stop", "checkpoint", "error"):
             self.ended = None
+        if kind not in ("pause", "checkpoint", "knobs_applied", "error"):
+            self.paused = False
         if kind == "episode" and (ret := number("ret")) is not None:
             self.last_return = ret
         elif kind == "train":
@@ -128,6 +136,8 @@ class _Seen:
             self.knob_version = version
         elif kind == "merge":
             self.merges += 1
+        elif kind == "pause":
+            self.paused = True
         elif kind == "stop":
             self.ended = "done" if event.get("reason") == "done" else "stopped"
         elif kind == "error" and "traceback" in event:  # the worker's own crash, not a refusal
@@ -136,13 +146,15 @@ class _Seen:
     def progress(self, worker: int) -> dict:
         if self.ended is not None:
             state = self.ended
+        elif self.paused:
+            state = "paused"  # a paused worker writes no records: it is not idle
         elif time.time() - self.heartbeat < ATTACHED_IDLE_S:
             state = "attached-running"
         else:
             state = "attached-idle"
         values = {f: getattr(self, f) for f in SNAPSHOT_FIELDS if f != "state"}
         # alive is a guess here (the process is another's): heard from within ATTACHED_IDLE_S.
-        alive = state == "attached-running"
+        alive = state in ("attached-running", "paused")
         return {"worker": worker, "state": state, "alive": alive, "exitcode": None, **values}
 
 
@@ -177,8 +189,9 @@ class Run:
         self._attached = attached
         self._worker_nice = 0
         self.knobs = KnobStore(path)
+        self.requests = RequestLog(path)
         self._ctx = mp.get_context("spawn")
-        self._pause, self._stop, self._checkpoint = (self._ctx.Event() for _ in range(3))
+        self._pause, self._stop = self._ctx.Event(), self._ctx.Event()
         self._procs: dict[int, _Process] = {}
         self._offsets: dict[str, int] = {}
         self._pending: deque[dict] = deque(maxlen=PENDING_MAX)
@@ -212,7 +225,32 @@ class Run:
 
     def _owned_only(self) -> None:
         if self._attached:
-            raise UserError(ATTACHED)
+            raise UserError("an attached run cannot start workers: it watches another process's")
+
+    def _ask_owner(self, action: str, **args: int) -> None:
+        """Attached: pass a request to the process that owns the run (see serve_requests)."""
+        # Workers not heard from yet may still be starting: only silence after records, or
+        # every worker ended, shows that nobody is there.
+        if not any(w["alive"] or not w["heartbeat"] for w in self.progress()):
+            raise UserError(NOT_SERVED.format(path=self.path))
+        self.requests.send(action, **args)
+
+    def serve_requests(self) -> list[dict]:
+        """Owner: apply what attached windows asked for since the last call; returns each
+        request with "error" (the refusal, or None). A stop is left to the caller, which owns
+        the process's lifetime: the command line exits, a window shows the run stopped."""
+        served = []
+        for request in self.requests.receive():
+            action, error = request["action"], None
+            try:
+                if action == "restart_worker" or action == "remove_worker":
+                    getattr(self, action)(int(request.get("worker", -1)))
+                elif action != "stop":
+                    getattr(self, action)()
+            except (UserError, ValueError, TypeError) as err:
+                error = str(err)
+            served.append({**request, "error": error})
+        return served
 
     # creation ----------------------------------------------------------------------
     @classmethod
@@ -285,33 +323,35 @@ class Run:
 
     def _spawn(self, spec: WorkerSpec) -> None:
         snapshot = self._ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False)
-        leave = self._ctx.Event()
+        leave, checkpoint = self._ctx.Event(), self._ctx.Event()
         process = self._ctx.Process(
             target=worker_main,
-            args=(spec, snapshot, self._pause, self._stop, self._checkpoint, leave),
+            args=(spec, snapshot, self._pause, self._stop, checkpoint, leave),
             name=f"tdmpc2-worker-{spec.index}",
             daemon=True,
         )
         process.start()
-        self._procs[spec.index] = _Process(spec, process, snapshot, leave)
+        self._procs[spec.index] = _Process(spec, process, snapshot, leave, checkpoint)
 
     def start(self, nice: int = 0) -> None:
         """Spawn the workers. `nice` lowers their CPU priority: a window started them, and its
         frames must not wait behind training (the time it takes is the same either way)."""
         self._owned_only()
         self._worker_nice = nice
+        self.requests.skip_old()  # asked of an earlier owner: not for this one
         for index in self.settings.active:
             self._spawn(self._spec(index, resume=self.resumed))
 
     def restart_worker(self, index: int) -> None:
         """Start a dead worker again: from its checkpoint if any, else from the merged weights
         (joining at the step of the others, see add_worker)."""
-        self._owned_only()
+        if index in self.settings.removed:
+            raise UserError(f"worker {index} was removed from the run; add a new one instead")
+        if self._attached:
+            return self._ask_owner("restart_worker", worker=index)
         old = self._procs.get(index)
         if old is not None and old.process.is_alive():
             raise UserError(f"worker {index} is still running")
-        if index in self.settings.removed:
-            raise UserError(f"worker {index} was removed from the run; add a new one instead")
         self._reported_dead.discard(index)
         self._spawn(self._spec(index, resume=True, from_merged=True, join_step=self._join_step()))
 
@@ -328,15 +368,18 @@ class Run:
     def add_worker(self) -> int:
         """Add a merging worker to the running run; returns its index. It starts from the merged
         weights at the step of the others (no random seed steps: it acts with the merged policy
-        and starts updating once its first episode is in its own buffer)."""
-        self._owned_only()
-        if not self.started:
+        and starts updating once its first episode is in its own buffer). Attached: asks the
+        owner, and returns the index the worker will have."""
+        if not self._attached and not self.started:
             raise UserError("start the run before adding workers")
         if not merged_file(self.path).exists():
             raise UserError(
                 "a new worker starts from the merged weights and there are none yet: add it "
                 f"after the first merge (every {self.knobs.read()[1]['merge_every']} steps)"
             )
+        if self._attached:
+            self._ask_owner("add_worker")
+            return self.settings.workers
         index, join_step = self.settings.workers, self._join_step()
         self._save_settings(
             dataclasses.replace(self.settings, workers=index + 1, added=self.settings.added + 1)
@@ -347,12 +390,13 @@ class Run:
     def remove_worker(self, index: int) -> None:
         """Take a worker out of the run: the others stop merging with it at once, and it writes
         its checkpoint and exits (a resumed run leaves it out too)."""
-        self._owned_only()
         s = self.settings
         if index not in s.active:
             raise UserError(f"worker {index} is not in the run (workers: {s.active})")
         if len(s.active) == 1:
             raise UserError("a run needs at least one worker: stop the run instead")
+        if self._attached:
+            return self._ask_owner("remove_worker", worker=index)
         self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
         process = self._procs.get(index)
         if process is not None:
@@ -368,7 +412,7 @@ class Run:
     ) -> None:
         """Start the showcase player, rendering frames of the size the reader asks for.
 
-        `cpu_share` caps its CPU time (cores); by default 0.1 when the workers train on the
+        `cpu_share` caps its CPU time (cores); by default 0.08 when the workers train on the
         CPU (it then plays in slow motion rather than slow them) and no cap with a GPU."""
         if cpu_share is None:
             cpu_share = 0.0 if resolve_device(self.cfg.device).type == "cuda" else DEFAULT_SHARE
@@ -465,21 +509,34 @@ class Run:
         """Validate and publish new knob values; returns the new version (error: unchanged)."""
         return self.knobs.set(self.cfg, **changes)
 
+    # Attached, each of these asks the process that owns the run (see serve_requests).
     def pause(self) -> None:
-        self._owned_only()
+        if self._attached:
+            return self._ask_owner("pause")
         self._pause.set()
 
     def resume_training(self) -> None:
-        self._owned_only()
+        if self._attached:
+            return self._ask_owner("resume_training")
         self._pause.clear()
 
     def checkpoint(self) -> None:
-        self._owned_only()
-        self._checkpoint.set()
+        if self._attached:
+            return self._ask_owner("checkpoint")
+        for p in self._procs.values():
+            p.checkpoint.set()
+
+    def request_stop(self) -> None:
+        """Stop training: the owner stops at once; attached, asks the owner to (compare stop(),
+        which for an attached run only lets go of it)."""
+        if self._attached:
+            return self._ask_owner("stop")
+        self.stop()
 
     def stop(self, timeout: float = 120.0) -> None:
         """Ask every worker to stop (each writes a checkpoint), then wait for them. An attached
-        run only stops its own showcase player: the workers are another process's."""
+        run only stops its own showcase player: the workers are another process's (to stop
+        them, request_stop)."""
         if self._attached:
             self.stop_player()
             return

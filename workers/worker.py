@@ -161,10 +161,16 @@ class WorkerHooks:
         return any(event.is_set() for event in self.stop_events)
 
     def obey_pause_and_stop(self) -> None:
+        paused = False
         while self.pause_event.is_set() and not self._stopping():
+            if not paused:  # recorded, so that a window attached to the run sees it
+                paused = True
+                self.trainer._log("pause")
             self.set(state=STATES.index("paused"), heartbeat=time.time())
             time.sleep(0.05)
             self.apply_knobs()
+        if paused:
+            self.trainer._log("resume")
         # A run whose main process died (kill -9) must not leave orphans training on.
         if self._stopping() or os.getppid() != self.parent:
             raise StopTraining

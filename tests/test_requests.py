@@ -1,0 +1,23 @@
+import pytest
+
+from workers.requests import RequestLog
+
+
+def test_requests_are_served_once_in_order_and_an_owner_skips_old_ones(tmp_path):
+    window, owner = RequestLog(tmp_path), RequestLog(tmp_path)
+    window.send("pause")
+    owner.skip_old()  # an owner starting the run: an earlier owner's requests are not its own
+    assert owner.receive() == []
+    window.send("checkpoint")
+    window.send("remove_worker", worker=2)
+    with open(window.path, "a") as f:
+        f.write('not json\n{"action": "format_disk"}\n{"action": "stop"')  # last: unfinished
+    got = owner.receive()
+    assert [r["action"] for r in got] == ["checkpoint", "remove_worker"]
+    assert got[1]["worker"] == 2 and got[0]["time"] > 0
+    assert owner.receive() == []  # each served once
+    with open(window.path, "a") as f:
+        f.write("}\n")  # the unfinished line completes: now it is served
+    assert [r["action"] for r in owner.receive()] == ["stop"]
+    with pytest.raises(ValueError, match="unknown request"):
+        window.send("format_disk")

@@ -1,0 +1,62 @@
+"""Requests to the process that owns a run, from a process watching it (an attached window).
+
+Pause, resume, checkpoint, stop, restart, add or remove a worker: events, not state, so none may
+be dropped. They go into an append-only requests.jsonl in the run directory, one whole line per
+request written under a lock; the owner reads the lines added since it last looked and serves
+each once. An owner starting (or resuming) a run skips what was asked of an earlier owner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from filelock import FileLock
+
+REQUESTS = "requests.jsonl"
+ACTIONS = ("pause", "resume_training", "checkpoint", "stop", "restart_worker", "add_worker")
+ACTIONS += ("remove_worker",)
+
+
+class RequestLog:
+    def __init__(self, run_path: str | Path):
+        self.path = Path(run_path) / REQUESTS
+        self.lock = FileLock(str(self.path) + ".lock", timeout=10)
+        self._offset = 0
+
+    def send(self, action: str, **args: int) -> None:
+        """Append one request for the owner (from another process)."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown request {action!r}")
+        line = json.dumps({"action": action, "time": round(time.time(), 3), **args}) + "\n"
+        with self.lock, open(self.path, "a") as f:
+            f.write(line)
+
+    def skip_old(self) -> None:
+        """Serve only requests made from now on (an owner starting the run)."""
+        try:
+            self._offset = os.path.getsize(self.path)
+        except OSError:
+            self._offset = 0
+
+    def receive(self) -> list[dict]:
+        """The requests appended since the last call, oldest first (malformed lines skipped)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line being written waits for the next call
+        self._offset += end
+        requests = []
+        for line in data[:end].splitlines():
+            try:
+                request = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(request, dict) and request.get("action") in ACTIONS:
+                requests.append(request)
+        return requests
