@@ -89,7 +89,8 @@ def test_attach_sees_events_progress_and_sets_knobs(live):
     first = attached.progress()
     assert [w["worker"] for w in first] == [0, 1]
     assert set(first[0]) == set(live.progress()[0])  # the same keys as the owner's
-    assert all(w["state"] == "attached-running" and w["alive"] for w in first)
+    assert all(w["state"] in ("seeding", "pretraining", "training") for w in first), first
+    assert all(w["alive"] for w in first)
     assert wait_until(
         lambda: all(
             now["step"] > before["step"]

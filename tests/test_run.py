@@ -247,3 +247,25 @@ def test_add_and_remove_workers_mid_run(tmp_path):
     with pytest.raises(UserError, match="at least one worker"):
         alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
         alone.remove_worker(0)
+
+
+def test_attached_view_follows_phases_pause_and_stop_from_the_records(tmp_path):
+    run = Run.create(tmp_path / "run", tiny(1000), RunSettings(workers=1))
+    watcher = Run.attach(run.path)
+    log = run.path / "worker-0.jsonl"
+
+    def record(kind, **fields):
+        with open(log, "a") as f:
+            f.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
+        return watcher.progress()[0]
+
+    assert watcher.progress()[0]["state"] == "attached-idle"  # nothing heard yet
+    assert record("seeding", step=40)["state"] == "seeding"
+    seen = record("pretraining", step=99, updates=250)
+    assert (seen["state"], seen["updates"], seen["alive"]) == ("pretraining", 250, True)
+    assert record("train", step=150, updates=1150, steps_per_s=3.5)["state"] == "training"
+    assert record("pause", step=150)["state"] == "paused"
+    assert record("checkpoint", step=150)["state"] == "paused"  # still paused
+    assert record("resume", step=150)["state"] == "training"
+    seen = record("stop", step=151, reason="stopped")
+    assert (seen["state"], seen["alive"]) == ("stopped", False)

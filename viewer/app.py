@@ -208,9 +208,9 @@ class App:
         dpg.bind_item_theme("knobs_title", self._themes["accent"])
         ranges = knob_ranges()
         with dpg.table(header_row=False, tag="knob_table", policy=dpg.mvTable_SizingStretchProp):
-            dpg.add_table_column(init_width_or_weight=0.9)
-            dpg.add_table_column(init_width_or_weight=1.3)
             dpg.add_table_column(init_width_or_weight=1.1)
+            dpg.add_table_column(init_width_or_weight=1.3)
+            dpg.add_table_column(init_width_or_weight=0.8)
             for name, label in KNOB_LABELS.items():
                 low, high = (int(v) for v in ranges[name])
                 with dpg.table_row():

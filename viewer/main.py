@@ -57,8 +57,13 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
     finally:  # whatever ended the window, the workers stop cleanly and write checkpoints
-        print("stopping workers (each writes a checkpoint)...", file=sys.stderr)
+        attached = controller.view.attached  # (the run shown last, maybe not the first)
+        if attached:
+            print("letting go of the attached run: its workers go on", file=sys.stderr)
+        else:
+            print("stopping workers (each writes a checkpoint)...", file=sys.stderr)
         controller.shutdown()
-    if not run.attached:
-        print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
+    if not attached:
+        path = controller.view.run_path or run.path
+        print(f"run directory {path}; continue with --resume {path}", file=sys.stderr)
     return 0

@@ -109,6 +109,7 @@ class _Seen:
     heartbeat: float = 0.0  # time of the newest record (the writer's clock, this machine)
     ended: str | None = None  # "done", "stopped" or "crashed" once such a record was seen
     paused: bool = False  # a "pause" record came and no record of training since
+    phase: str | None = None  # "seeding", "pretraining" or "training", from the newest records
 
     def see(self, event: dict) -> None:
         def number(key: str) -> float | None:
@@ -128,10 +129,14 @@ class _Seen:
             self.paused = False
         if kind == "episode" and (ret := number("ret")) is not None:
             self.last_return = ret
+        if (updates := number("updates")) is not None:
+            self.updates = updates
+        if kind in ("seeding", "pretraining"):
+            self.phase = kind
         elif kind == "train":
-            rate, updates = number("steps_per_s"), number("updates")
+            self.phase = "training"
+            rate = number("steps_per_s")
             self.steps_per_s = self.steps_per_s if rate is None else rate
-            self.updates = self.updates if updates is None else updates
         elif kind == "knobs_applied" and (version := number("version")) is not None:
             self.knob_version = version
         elif kind == "merge":
@@ -149,12 +154,12 @@ class _Seen:
         elif self.paused:
             state = "paused"  # a paused worker writes no records: it is not idle
         elif time.time() - self.heartbeat < ATTACHED_IDLE_S:
-            state = "attached-running"
+            state = self.phase or "attached-running"
         else:
             state = "attached-idle"
         values = {f: getattr(self, f) for f in SNAPSHOT_FIELDS if f != "state"}
         # alive is a guess here (the process is another's): heard from within ATTACHED_IDLE_S.
-        alive = state in ("attached-running", "paused")
+        alive = state not in ("attached-idle", "done", "stopped", "crashed")
         return {"worker": worker, "state": state, "alive": alive, "exitcode": None, **values}
 
 
@@ -561,8 +566,9 @@ class Run:
         """Latest snapshot of each worker (state 'crashed' for a process that died).
 
         Attached: the same keys, from the workers' metrics records read so far (state
-        'attached-running' if one arrived within ATTACHED_IDLE_S, else 'attached-idle', or
-        done/stopped/crashed as recorded; exitcode None).
+        seeding/pretraining/training/paused as recorded if a record arrived within
+        ATTACHED_IDLE_S, else 'attached-idle', or done/stopped/crashed as recorded; exitcode
+        None).
         """
         if self._attached:
             self._poll()

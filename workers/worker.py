@@ -8,6 +8,7 @@ checkpoint requests.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
@@ -46,6 +47,9 @@ STATES = (
     "done",
     "pretraining",
 )
+
+
+PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class WorkerHooks:
         )
         self.last_round = trainer.step // self.merge_every
         self.merges = 0
+        self.last_phase_record = -math.inf
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
         self.apply_knobs()
 
@@ -185,6 +190,16 @@ class WorkerHooks:
             self.checkpoint()
         self.obey_pause_and_stop()
         self.set(state=STATES.index("pretraining"), updates=trainer.updates, heartbeat=time.time())
+        self._phase_record("pretraining", updates=trainer.updates)
+
+    def _phase_record(self, phase: str, **fields: object) -> None:
+        """Seeding and pretraining write no other records for minutes: say every few seconds
+        that they go on, so that a window attached to the run shows them (and knows the
+        worker is alive)."""
+        now = time.monotonic()
+        if now - self.last_phase_record >= PHASE_RECORD_S:
+            self.last_phase_record = now
+            self.trainer._log(phase, **fields)
 
     def __call__(self, trainer: Trainer) -> None:
         self.apply_knobs()
@@ -198,6 +213,8 @@ class WorkerHooks:
             ) * self.spec.checkpoint_every
         self.obey_pause_and_stop()
         phase = "training" if trainer.pretrained else "seeding"
+        if phase == "seeding":
+            self._phase_record(phase)
         returns = trainer.episode_returns
         self.set(
             step=trainer.step,
