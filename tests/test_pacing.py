@@ -1,4 +1,4 @@
-from viewer.pacing import FramePacer
+from viewer.pacing import WATCH_TICK_S, FramePacer
 
 
 def drive(pacer: FramePacer, seconds: float, work_s: float, changed: bool, tick: float = 1 / 32):
@@ -41,3 +41,10 @@ def test_nothing_new_draws_only_the_idle_frames():
     pacer = FramePacer(fps_cap=32, watch_share=0.05, idle_s=1.0)
     drawn = drive(pacer, 10.0, work_s=0.001, changed=False)
     assert 9 <= len(drawn) <= 11  # one a second, however cheap
+
+
+def test_the_loop_looks_less_often_while_nobody_uses_the_window():
+    pacer = FramePacer(fps_cap=32)
+    assert pacer.tick_s(0.0) == WATCH_TICK_S > 1 / 32
+    pacer.input(10.0)
+    assert pacer.tick_s(10.2) == 1 / 32

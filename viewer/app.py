@@ -433,7 +433,8 @@ class App:
                     self._write_ui_map()
                 # vsync does not cap the loop under Xvfb: sleep until the next frame is due
                 # (a deadline, so sleep overshoot does not pull the rate below the cap).
-                next_due = max(next_due + 1.0 / self.fps_cap, time.perf_counter() - 0.1)
+                period = self.pacer.tick_s(time.monotonic())
+                next_due = max(next_due + period, time.perf_counter() - 0.1)
                 time.sleep(max(0.0, next_due - time.perf_counter()))
                 if self.max_seconds is not None and time.perf_counter() - start > self.max_seconds:
                     break

@@ -3,9 +3,9 @@
 A frame of the whole window costs 25-45 ms of CPU on software GL (llvmpipe under Xvfb) and a
 millisecond or two on a GPU. The training workers lose whatever the window takes, so while
 nobody touches it the window spends at most `watch_share` of a core on drawing: new showcase
-frames and numbers are drawn as often as that allows (about 1.5 a second on software GL, the
-full rate on a GPU), and the rest are skipped (latest wins). Any input makes it draw at the
-full rate for `active_s`.
+frames and numbers are drawn as often as that allows (about 2 a second on software GL, the
+full rate on a GPU), and the rest are skipped (latest wins); between frames the loop wakes 20
+times a second to look for input. Any input makes it draw at the full rate for `active_s`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import math
 import statistics
 from collections import deque
 
-WATCH_SHARE = 0.05  # cores the window may spend drawing while nobody uses it
+WATCH_SHARE = 0.04  # cores the window may spend drawing while nobody uses it
+WATCH_TICK_S = 0.05  # while nobody uses it, the loop looks for input and news this often
 ACTIVE_S = 1.0  # after input, draw at the full rate for this long
 IDLE_S = 1.0  # draw at least this often: keys and clicks are read only when a frame is drawn
 
@@ -39,6 +40,11 @@ class FramePacer:
 
     def active(self, now: float) -> bool:
         return now - self.last_input < self.active_s
+
+    def tick_s(self, now: float) -> float:
+        """Seconds until the loop should look again: a frame period while someone uses the
+        window, else WATCH_TICK_S (or sooner, at the cap)."""
+        return 1.0 / self.fps_cap if self.active(now) else max(1.0 / self.fps_cap, WATCH_TICK_S)
 
     def watch_gap(self) -> float:
         """Seconds between frames while nobody uses the window: a frame's work over the

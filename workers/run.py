@@ -44,7 +44,7 @@ from workers.rundir import RunDir, atomic_write_json
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
 RUN_FILE = "run.json"
-DEFAULT_SHARE = 0.08  # showcase CPU budget (cores) when training on the CPU
+DEFAULT_SHARE = 0.07  # showcase CPU budget (cores) when training on the CPU
 ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
 PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called
 NOT_SERVED = (
@@ -417,7 +417,7 @@ class Run:
     ) -> None:
         """Start the showcase player, rendering frames of the size the reader asks for.
 
-        `cpu_share` caps its CPU time (cores); by default 0.08 when the workers train on the
+        `cpu_share` caps its CPU time (cores); by default 0.07 when the workers train on the
         CPU (it then plays in slow motion rather than slow them) and no cap with a GPU."""
         if cpu_share is None:
             cpu_share = 0.0 if resolve_device(self.cfg.device).type == "cuda" else DEFAULT_SHARE
