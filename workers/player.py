@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -261,12 +262,12 @@ class Pace:
 
     def __init__(self, step_seconds: float, window_s: float = 5.0):
         self.step_seconds, self.window_s = step_seconds, window_s
-        self.times: list[float] = []
+        self.times: deque[float] = deque()
 
     def step(self, now: float) -> float:
         self.times.append(now)
         while self.times[0] < now - self.window_s:
-            self.times.pop(0)
+            self.times.popleft()
         span = now - self.times[0]
         if span <= 0:
             return 1.0

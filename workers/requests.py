@@ -16,8 +16,15 @@ from pathlib import Path
 from filelock import FileLock
 
 REQUESTS = "requests.jsonl"
-ACTIONS = ("pause", "resume_training", "checkpoint", "stop", "restart_worker", "add_worker")
-ACTIONS += ("remove_worker",)
+ACTIONS = (
+    "pause",
+    "resume_training",
+    "checkpoint",
+    "stop",
+    "restart_worker",
+    "add_worker",
+    "remove_worker",
+)
 
 
 class RequestLog:
