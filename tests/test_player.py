@@ -212,3 +212,29 @@ def test_pace_is_the_share_of_simulated_time_per_wall_second():
     assert speeds[0] == 1.0 and abs(speeds[-1] - 0.2) < 1e-9
     fast = Pace(step_seconds=0.02)
     assert fast.step(0.0) == 1.0 and fast.step(0.001) == 1.0  # never reported above real time
+
+
+def steps_played(run: Run, seconds: float) -> int:
+    """Agent steps the showcase played in `seconds`, from the frames it showed."""
+
+    def position() -> int:
+        shown = info(run)
+        return shown["episode"] * EPISODE + shown["step"]  # episodes run to their time limit
+
+    start, deadline, last = position(), time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        last = position()  # each read lets the player render its next frame
+        time.sleep(0.02)
+    return last - start
+
+
+def test_paused_training_lifts_the_showcase_budget(player):
+    # the fixture paused training: the player may use the free cores
+    free = steps_played(player, 3.0)
+    player.resume_training()
+    try:
+        budgeted = steps_played(player, 3.0)
+    finally:
+        player.pause()
+    assert free > 3 * budgeted, (free, budgeted)
+    assert budgeted > 0, "the free time was charged to the budget afterwards"

@@ -133,9 +133,10 @@ class CpuBudget:
 
     def __init__(self, share: float, window_s: float = 10.0):
         self.share, self.window_s = share, window_s
-        self._restart()
+        self.restart()
 
-    def _restart(self) -> None:
+    def restart(self) -> None:
+        """Count from now: time used while the budget did not apply is not charged later."""
         self.cpu0, self.wall0 = time.process_time(), time.monotonic()
 
     def throttle(self) -> float:
@@ -146,7 +147,7 @@ class CpuBudget:
         if ahead > 0:
             time.sleep(ahead)
         if time.monotonic() - self.wall0 > self.window_s:
-            self._restart()
+            self.restart()
         return max(0.0, ahead)
 
 
@@ -158,6 +159,7 @@ class ShowcaseControls:
     camera: Any  # dm_control camera id; -1 is MuJoCo's free camera
     source: Any  # -1: the merged weights, k: worker k's newest weights
     reset: Any  # set: end the current episode now and start a new one
+    training_paused: Any = None  # set: the workers are paused, the CPU budget is lifted
 
 
 def task_cameras(task: str) -> list[str]:
@@ -334,7 +336,11 @@ def player_main(
                         weights_step=shown.step,
                         pace=speed,
                     )
-                budget.throttle()
+                paused = controls.training_paused
+                if paused is not None and paused.is_set():
+                    budget.restart()  # the cores are free: no budget, and no debt after
+                else:
+                    budget.throttle()
                 if spec.realtime:
                     # Behind real time (slow CPU or budget): go on from now, no catch-up burst.
                     next_time = max(next_time + step_seconds, time.monotonic() - step_seconds)

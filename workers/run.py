@@ -208,7 +208,7 @@ class Run:
         self._render_paused, self._player_stop = self._ctx.Event(), self._ctx.Event()
         # Showcase controls: shared with the player, so changes apply within one player step.
         self._showcase = ShowcaseControls(
-            self._ctx.Value("i", 0), self._ctx.Value("i", -1), self._ctx.Event()
+            self._ctx.Value("i", 0), self._ctx.Value("i", -1), self._ctx.Event(), self._pause
         )
         self._camera_names: list[str] | None = None
 
