@@ -321,7 +321,7 @@ class App:
 
     def _build_dialogs(self) -> None:
         with dpg.window(
-            label="Help", tag="help", show=False, modal=False, width=620, height=330, pos=(300, 160)
+            label="Help", tag="help", show=False, modal=False, width=620, height=410, pos=(300, 110)
         ):
             dpg.add_text(HELP)
         with dpg.window(
