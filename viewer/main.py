@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     finally:  # whatever ended the window, the workers stop cleanly and write checkpoints
         attached = controller.view.attached  # (the run shown last, maybe not the first)
         if attached:
-            print("letting go of the attached run (its workers are another process's)", file=sys.stderr)
+            print("letting go of the attached run: its workers are not ours", file=sys.stderr)
         else:
             print("stopping workers (each writes a checkpoint)...", file=sys.stderr)
         controller.shutdown()
