@@ -263,12 +263,16 @@ def test_attached_view_follows_phases_pause_and_stop_from_the_records(tmp_path):
         return watcher.progress()[0]
 
     assert watcher.progress()[0]["state"] == "attached-idle"  # nothing heard yet
+    assert not watcher.resting  # maybe still starting: not known to rest
     assert record("seeding", step=40)["state"] == "seeding"
     seen = record("pretraining", step=99, updates=250)
     assert (seen["state"], seen["updates"], seen["alive"]) == ("pretraining", 250, True)
     assert record("train", step=150, updates=1150, steps_per_s=3.5)["state"] == "training"
+    assert not watcher.resting
     assert record("pause", step=150)["state"] == "paused"
+    assert watcher.resting  # nothing trains: this view's showcase may use the cores
     assert record("checkpoint", step=150)["state"] == "paused"  # still paused
     assert record("resume", step=150)["state"] == "training"
+    assert not watcher.resting
     seen = record("stop", step=151, reason="stopped")
-    assert (seen["state"], seen["alive"]) == ("stopped", False)
+    assert (seen["state"], seen["alive"], watcher.resting) == ("stopped", False, True)

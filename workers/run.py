@@ -224,6 +224,12 @@ class Run:
         return {"workers": [pid for pid in workers if pid is not None], "player": player}
 
     @property
+    def resting(self) -> bool:
+        """True while no worker trains (paused; attached: paused or ended as last seen by
+        progress()): the showcase player then has no CPU budget."""
+        return self._pause.is_set()
+
+    @property
     def started(self) -> bool:
         """True once start() has spawned the workers (an attached run never starts them)."""
         return bool(self._procs)
@@ -576,6 +582,12 @@ class Run:
             for row in rows:
                 if row["worker"] in self.settings.removed and not row["alive"]:
                     row["state"] = "removed"
+            # Nothing trains (paused or ended): this view's showcase may use the free cores,
+            # as the owner's does while it pauses (the event is local to an attached run).
+            resting = all(
+                r["state"] == "paused" or (not r["alive"] and r["heartbeat"]) for r in rows
+            )
+            (self._pause.set if rows and resting else self._pause.clear)()
             return rows
         out = []
         for index, p in sorted(self._procs.items()):
