@@ -2,6 +2,7 @@
 process started. Real processes: one tiny 2-worker run is shared by the tests of this module."""
 
 import json
+import os
 import threading
 import time
 
@@ -10,11 +11,13 @@ import pytest
 import torch
 from test_run import tiny, wait_until
 
+from agent.agent import TDMPC2
+from agent.envs import DMControlEnv
 from agent.errors import ConfigError, UserError
 from workers.merge import FileMergeBackend
-from workers.player import FrameBuffer, Pace, model_weights, weights_file
+from workers.player import FrameBuffer, Pace, _ShownWeights, model_weights, weights_file
 from workers.run import Run, RunSettings
-from workers.rundir import load_state
+from workers.rundir import RunDir, load_state
 
 EPISODE = 200  # long enough that a reset is told apart from an episode's natural end
 
@@ -44,8 +47,17 @@ def player(live):
     live.resume_training()
 
 
+def newest(run: Run) -> tuple:
+    """The newest frame and its info (a read while the player writes a frame gets None: retry)."""
+    deadline = time.monotonic() + 10
+    while (got := run.read_frame()) is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert got is not None, "no complete frame for 10 s"
+    return got
+
+
 def info(run: Run) -> dict:
-    return run.read_frame()[1]
+    return newest(run)[1]
 
 
 def test_camera_names_and_attach_refuses_other_directories(tmp_path):
@@ -145,7 +157,7 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
 
 
 def test_showcase_camera_and_source_change_while_playing(player):
-    frame, first = player.read_frame()
+    frame, first = newest(player)
     assert frame.shape == (48, 64, 3)
     assert first["camera"] == 0 and first["source"] == -1
     assert first["weights_step"] >= 50 and first["weights_round"] >= 1  # merged after a merge
@@ -173,7 +185,7 @@ def test_showcase_camera_and_source_change_while_playing(player):
     assert wait_until(
         lambda: (info(player)["camera"], info(player)["source"]) == (-1, -1), timeout=60
     )
-    frame, shown = player.read_frame()
+    frame, shown = newest(player)
     assert frame.std() > 5 and shown["weights_step"] >= first["weights_step"]
 
 
@@ -209,9 +221,30 @@ def test_frame_buffer_renders_only_frames_the_reader_takes():
 def test_pace_is_the_share_of_simulated_time_per_wall_second():
     slow = Pace(step_seconds=0.02, window_s=5.0)
     speeds = [slow.step(0.1 * i) for i in range(30)]  # 10 steps a wall second: 0.2 s simulated
-    assert speeds[0] == 1.0 and abs(speeds[-1] - 0.2) < 1e-9
+    assert speeds[0] == 1.0 and abs(speeds[-1] - 0.2) < 1e-9 and slow.slow()
     fast = Pace(step_seconds=0.02)
     assert fast.step(0.0) == 1.0 and fast.step(0.001) == 1.0  # never reported above real time
+    assert not fast.slow()
+
+
+def test_player_notices_newer_weights_of_the_shown_source(live):
+    # In slow motion the player switches to newer weights mid-episode: it must notice them.
+    env = DMControlEnv(live.cfg.task)
+    agent = TDMPC2(live.cfg, env.observation_space.shape[0], env.action_space.shape[0])
+    env.close()
+    log = RunDir(live.path, metrics="player-test.jsonl")
+    shown = _ShownWeights(agent, live.path, log)
+    merged = live.path / "merge" / "merged.pt"
+    assert wait_until(merged.exists, timeout=120)
+    assert not shown.newer()  # nothing loaded yet
+    shown.refresh(-1)
+    assert shown.step >= 0 and not shown.newer()
+    later = merged.stat().st_mtime + 10
+    os.utime(merged, (later, later))  # as a new merge would
+    assert shown.newer()
+    shown.refresh(-1)
+    assert not shown.newer()
+    log.close()
 
 
 def steps_played(run: Run, seconds: float) -> int:

@@ -36,6 +36,7 @@ HEADER = 16
 INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weights_step", "pace")
 _INFO_AT = 3  # first info slot
 _TAKEN = HEADER - 1
+SLOW_CHECK_STEPS = 5  # in slow motion, look for newer weights every this many steps
 
 
 class FrameBuffer:
@@ -227,10 +228,18 @@ class _ShownWeights:
         self.loaded: tuple | None = None  # (source, path, mtime) now in the model
         self.source, self.round, self.step = -1, -1, -1
 
+    def _newest(self, source: int) -> tuple[tuple, tuple[Path, float] | None]:
+        """(key to compare with `loaded`, (file, mtime) or None) of a source's newest weights."""
+        found = weights_file(self.run_path, source)
+        return ((source, *found) if found else (source, None, None)), found
+
+    def newer(self) -> bool:
+        """Whether the shown source has weights newer than those loaded (two stat() calls)."""
+        return self.loaded is not None and self._newest(self.source)[0] != self.loaded
+
     def refresh(self, source: int) -> None:
         """Load the source's newest weights unless they are the ones already loaded."""
-        found = weights_file(self.run_path, source)
-        key = (source, *found) if found else (source, None, None)
+        key, found = self._newest(source)
         if key == self.loaded:
             return
         switched = self.loaded is None or self.loaded[0] != source
@@ -265,15 +274,20 @@ class Pace:
     def __init__(self, step_seconds: float, window_s: float = 5.0):
         self.step_seconds, self.window_s = step_seconds, window_s
         self.times: deque[float] = deque()
+        self.speed = 1.0
+
+    def slow(self) -> bool:
+        """Under half of real time: an episode takes minutes rather than seconds."""
+        return self.speed < 0.5
 
     def step(self, now: float) -> float:
         self.times.append(now)
         while self.times[0] < now - self.window_s:
             self.times.popleft()
         span = now - self.times[0]
-        if span <= 0:
-            return 1.0
-        return min(1.0, (len(self.times) - 1) * self.step_seconds / span)
+        simulated = (len(self.times) - 1) * self.step_seconds
+        self.speed = 1.0 if span <= 0 else min(1.0, simulated / span)
+        return self.speed
 
 
 def player_main(
@@ -315,6 +329,10 @@ def player_main(
             while not done and not stop.is_set():
                 # A new source ends the episode too, so an episode's return is one policy's.
                 if controls.reset.is_set() or controls.source.value != shown.source:
+                    break
+                # In slow motion an episode takes minutes: show new weights at once rather than
+                # finish it with old ones (it is then not logged, like a reset).
+                if pace.slow() and t % SLOW_CHECK_STEPS == 0 and shown.newer():
                     break
                 action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
                 obs, reward, terminated, truncated, _ = env.step(action.numpy())
