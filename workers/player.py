@@ -37,6 +37,7 @@ INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weigh
 _INFO_AT = 3  # first info slot
 _TAKEN = HEADER - 1
 SLOW_CHECK_STEPS = 5  # in slow motion, look for newer weights every this many steps
+SLOW_SWITCH_S = 20.0  # ... once an episode has played this long (short ones still finish)
 
 
 class FrameBuffer:
@@ -325,15 +326,17 @@ def player_main(
             shown.refresh(controls.source.value)
             obs, _ = env.reset(seed=cfg.seed + episode)
             total, done, t, t0 = 0.0, False, 0, True
-            next_time = time.monotonic()
+            started = next_time = time.monotonic()
             while not done and not stop.is_set():
                 # A new source ends the episode too, so an episode's return is one policy's.
                 if controls.reset.is_set() or controls.source.value != shown.source:
                     break
-                # In slow motion an episode takes minutes: show new weights at once rather than
-                # finish it with old ones (it is then not logged, like a reset).
-                if pace.slow() and t % SLOW_CHECK_STEPS == 0 and shown.newer():
-                    break
+                # In slow motion an episode can take minutes: after SLOW_SWITCH_S show newer
+                # weights rather than finish it with old ones (then not logged, like a reset).
+                played = time.monotonic() - started
+                if pace.slow() and t % SLOW_CHECK_STEPS == 0 and played >= SLOW_SWITCH_S:
+                    if shown.newer():
+                        break
                 action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
                 obs, reward, terminated, truncated, _ = env.step(action.numpy())
                 total, t, t0, done = total + reward, t + 1, False, terminated or truncated
