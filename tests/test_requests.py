@@ -1,6 +1,6 @@
 import pytest
 
-from workers.requests import RequestLog
+from workers.requests import RequestLog, describe
 
 
 def test_requests_are_served_once_in_order_and_an_owner_skips_old_ones(tmp_path):
@@ -21,3 +21,10 @@ def test_requests_are_served_once_in_order_and_an_owner_skips_old_ones(tmp_path)
     assert [r["action"] for r in owner.receive()] == ["stop"]
     with pytest.raises(ValueError, match="unknown request"):
         window.send("format_disk")
+
+
+def test_served_requests_read_as_one_line():
+    assert describe({"action": "remove_worker", "worker": 2, "error": None}) == (
+        "remove worker 2: done"
+    )
+    assert describe({"action": "pause", "error": "no"}) == "pause: refused: no"

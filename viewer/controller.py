@@ -22,6 +22,7 @@ from pathlib import Path
 from viewer.model import KnobRow, RunModel
 from viewer.series import published_curve
 from workers.presets import UserError
+from workers.requests import describe
 from workers.run import Run
 
 POLL_S = 0.25
@@ -268,9 +269,7 @@ class Controller:
     def _serve_requests(self, run: Run) -> None:
         """This window owns the run: serve what windows attached to it asked for."""
         for request in run.serve_requests():
-            action = request["action"].replace("_", " ")
-            outcome = f"refused: {request['error']}" if request["error"] else "done"
-            self.notices.put(f"an attached window asked: {action}: {outcome}")
+            self.notices.put(f"an attached window asked: {describe(request)}")
             if request["action"] in ("pause", "resume_training") and not request["error"]:
                 self._paused = request["action"] == "pause"
             if request["action"] == "stop":

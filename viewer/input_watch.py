@@ -27,6 +27,12 @@ class InputWatch:
         self._pointer: tuple[int, int, int] | None = None
         self._keys = (ctypes.c_char * 32)()
         self._last_keys = b""
+        # XQueryPointer's out-parameters, made once: poll runs 20 times a second.
+        self._root, self._child = ctypes.c_ulong(), ctypes.c_ulong()
+        self._x, self._y, self._root_x, self._root_y = (ctypes.c_int() for _ in range(4))
+        self._mask = ctypes.c_uint()
+        outs = (self._root, self._child, self._root_x, self._root_y, self._x, self._y, self._mask)
+        self._out_refs = [ctypes.byref(v) for v in outs]
 
     @classmethod
     def open(cls) -> InputWatch | None:
@@ -42,7 +48,7 @@ class InputWatch:
             glfw.glfwGetX11Window.argtypes = [ctypes.c_void_p]
             glfw.glfwGetWindowAttrib.argtypes = [ctypes.c_void_p, ctypes.c_int]
             xlib.XQueryPointer.argtypes = [ctypes.c_void_p, ctypes.c_ulong] + [ctypes.c_void_p] * 7
-            xlib.XQueryKeymap.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+            xlib.XQueryKeymap.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
             handle = glfw.glfwGetCurrentContext()
             display = glfw.glfwGetX11Display()  # NULL when GLFW runs on another platform
             if not handle or not display:
@@ -56,16 +62,13 @@ class InputWatch:
         """True when, since the last poll, the pointer moved or a button changed over the
         window (width x height), or a key changed while the pointer is over it or the window
         has the keyboard focus."""
-        root, child = ctypes.c_ulong(), ctypes.c_ulong()
-        rx, ry, x, y = (ctypes.c_int() for _ in range(4))
-        mask = ctypes.c_uint()
-        refs = [ctypes.byref(v) for v in (root, child, rx, ry, x, y, mask)]
-        self._xlib.XQueryPointer(self._display, self._window, *refs)
-        inside = 0 <= x.value < width and 0 <= y.value < height
-        pointer = (x.value, y.value, mask.value)
+        self._xlib.XQueryPointer(self._display, self._window, *self._out_refs)
+        x, y = self._x.value, self._y.value
+        inside = 0 <= x < width and 0 <= y < height
+        pointer = (x, y, self._mask.value)
         moved = self._pointer is not None and pointer != self._pointer and inside
         self._pointer = pointer
-        self._xlib.XQueryKeymap(self._display, self._keys)
+        self._xlib.XQueryKeymap(self._display, ctypes.byref(self._keys))
         keys = bytes(self._keys)
         typed = bool(self._last_keys) and keys != self._last_keys
         self._last_keys = keys

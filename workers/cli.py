@@ -192,11 +192,10 @@ def run_workers(args: argparse.Namespace) -> int:
 def _serve_requests(run) -> bool:
     """Serve an attached window's requests, saying so; True when one asked to stop."""
     stop = False
+    from workers.requests import describe
+
     for request in run.serve_requests():
-        action = request["action"].replace("_", " ")
-        worker = f" {request['worker']}" if "worker" in request else ""
-        outcome = f"refused: {request['error']}" if request["error"] else "done"
-        print(f"attached window asked: {action}{worker}: {outcome}", file=sys.stderr)
+        print(f"attached window asked: {describe(request)}", file=sys.stderr)
         stop = stop or request["action"] == "stop"
     return stop
 

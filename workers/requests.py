@@ -27,6 +27,13 @@ ACTIONS = (
 )
 
 
+def describe(request: dict) -> str:
+    """One line for a served request: "remove worker 2: done", "pause: refused: ..."."""
+    worker = f" {request['worker']}" if "worker" in request else ""
+    outcome = f"refused: {request['error']}" if request.get("error") else "done"
+    return f"{request['action'].replace('_', ' ')}{worker}: {outcome}"
+
+
 class RequestLog:
     def __init__(self, run_path: str | Path):
         self.path = Path(run_path) / REQUESTS

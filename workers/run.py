@@ -254,7 +254,7 @@ class Run:
         for request in self.requests.receive():
             action, error = request["action"], None
             try:
-                if action == "restart_worker" or action == "remove_worker":
+                if action in ("restart_worker", "remove_worker"):
                     getattr(self, action)(int(request.get("worker", -1)))
                 elif action != "stop":
                     getattr(self, action)()
