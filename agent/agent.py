@@ -115,8 +115,8 @@ class TDMPC2:
                 )
                 self._warm_mean = mean.clone()
             else:
-                mean_action, sampled, _ = self.model.policy(self.model.encode(obs))
-                action = mean_action if eval_mode else sampled
+                sample = self.model.policy(self.model.encode(obs))
+                action = sample.mean if eval_mode else sample.action
         action = action.float().clone()
         return action[0] if single else action
 
@@ -131,7 +131,7 @@ class TDMPC2:
         with torch.no_grad():
             next_z = m.encode(obs[1:])
             flat_next = next_z.flatten(0, 1)
-            _, next_action, _ = m.policy(flat_next)
+            next_action = m.policy(flat_next).action
             target_q = two_hot.decode(
                 m.q_logits((flat_next, next_action), m.random_q_pair(), target=True)
             )
@@ -172,13 +172,14 @@ class TDMPC2:
 
         # Policy: maximise the scaled mean of two random Qs on the detached rollout latents.
         pi_z = zs.detach().flatten(0, 1)
-        _, pi_action, log_prob = m.policy(pi_z)
-        q = two_hot.decode(m.q_logits((pi_z, pi_action), m.random_q_pair(), detach=True)).mean(0)
+        sample = m.policy(pi_z)
+        q = two_hot.decode(m.q_logits((pi_z, sample.action), m.random_q_pair(), detach=True))
+        q = q.mean(0)
         q = q.view(horizon + 1, batch)
         with torch.no_grad():
             spread = percentile_range(q[0]).clamp_min(1.0)
             m.q_scale.lerp_(spread, cfg.tau)
-        scaled_entropy = -log_prob.view(horizon + 1, batch) * self.action_dim
+        scaled_entropy = sample.scaled_entropy.view(horizon + 1, batch)
         objective = cfg.entropy_coef * scaled_entropy + q / m.q_scale
         pi_rho = self._rho_weights(horizon + 1)
         pi_loss = -(objective.mean(1) * pi_rho).mean()
@@ -193,7 +194,7 @@ class TDMPC2:
             pi_loss=pi_loss,
             grad_norm=grad_norm,
             pi_grad_norm=pi_grad_norm,
-            pi_entropy=-log_prob.mean(),
+            pi_entropy=-sample.log_prob.mean(),
             q_scale=m.q_scale,
         )
         return {k: v.detach() for k, v in out.items()}

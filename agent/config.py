@@ -66,7 +66,7 @@ class Config:
     horizon: int = 3
     """Latent rollout length for learning, and the planning horizon at start."""
     iterations: int = 0
-    """MPPI iterations; 0 means 6, plus 2 when the action dimension is at least 20."""
+    """MPPI iterations; 0 means 6. As in the reference, 2 more run when action_dim >= 20."""
     num_samples: int = 512
     """MPPI action sequences per iteration (policy trajectories included)."""
     num_elites: int = 64
@@ -82,19 +82,19 @@ class Config:
     mpc: bool = True
     """Act by planning; False acts with the policy prior alone."""
 
-    # architecture (set by model_size)
+    # architecture (0: the model_size preset's value)
     model_size: int = 5
     """Preset: 1, 5, 19 or 48 (million parameters)."""
-    enc_dim: int = 256
-    """Encoder hidden width."""
-    mlp_dim: int = 512
-    """Hidden width of dynamics, reward, policy and Q networks."""
-    latent_dim: int = 512
-    """Latent state size (a multiple of simnorm_dim)."""
-    num_enc_layers: int = 2
-    """Encoder layers (hidden layers plus the output layer)."""
-    num_q: int = 5
-    """Q functions in the ensemble."""
+    enc_dim: int = 0
+    """Encoder hidden width (0: from model_size)."""
+    mlp_dim: int = 0
+    """Hidden width of dynamics, reward, policy and Q networks (0: from model_size)."""
+    latent_dim: int = 0
+    """Latent state size, a multiple of simnorm_dim (0: from model_size)."""
+    num_enc_layers: int = 0
+    """Encoder layers, hidden layers plus the output layer (0: from model_size)."""
+    num_q: int = 0
+    """Q functions in the ensemble (0: from model_size)."""
     dropout: float = 0.01
     """Dropout on the first layer of each Q network."""
     simnorm_dim: int = 8
@@ -123,6 +123,12 @@ class Config:
     """bf16 matmuls on CPU (changes numerics; off until its learning curve matches)."""
 
     def __post_init__(self) -> None:
+        # Architecture fields left at 0 take the model_size preset, so Config(model_size=1)
+        # is the 1M model; a value given explicitly wins.
+        if self.model_size in MODEL_SIZES:
+            for name, value in zip(ARCHITECTURE_FIELDS, MODEL_SIZES[self.model_size]):
+                if getattr(self, name) == 0:
+                    object.__setattr__(self, name, value)
         validate(self)
 
     # derived values -------------------------------------------------------------
@@ -138,14 +144,17 @@ class Config:
         return self.seed_steps or max(1000, 5 * self.episode_length)
 
     def resolved_iterations(self, action_dim: int) -> int:
-        return self.iterations or (6 + (2 if action_dim >= 20 else 0))
+        """Iterations the planner runs: the reference adds 2 for large action spaces to any
+        value, an explicit one included."""
+        return (self.iterations or 6) + (2 if action_dim >= 20 else 0)
 
     @property
     def bin_size(self) -> float:
         return (self.vmax - self.vmin) / (self.num_bins - 1)
 
 
-# name: (enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q)
+ARCHITECTURE_FIELDS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
+# name: the ARCHITECTURE_FIELDS values
 MODEL_SIZES: dict[int, tuple[int, int, int, int, int]] = {
     1: (256, 384, 128, 2, 2),
     5: (256, 512, 512, 2, 5),
@@ -211,12 +220,12 @@ def validate(cfg: Config) -> None:
         expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[f.type]
         if isinstance(value, bool) and f.type != "bool" or not isinstance(value, expected):
             raise ConfigError(f"{f.name} must be of type {f.type}, got {value!r}")
-    ranges = {**FIELD_RANGES, **{k: v for k, v in KNOB_RANGES.items() if k != "iterations"}}
-    for name, (low, high) in ranges.items():
-        _check_range(name, getattr(cfg, name), low, high)
     if cfg.model_size not in MODEL_SIZES:
         sizes = ", ".join(str(s) for s in MODEL_SIZES)
         raise ConfigError(f"model_size must be one of {sizes}, got {cfg.model_size}")
+    ranges = {**FIELD_RANGES, **{k: v for k, v in KNOB_RANGES.items() if k != "iterations"}}
+    for name, (low, high) in ranges.items():
+        _check_range(name, getattr(cfg, name), low, high)
     if cfg.num_pi_trajs >= cfg.num_samples:
         raise ConfigError(
             f"num_pi_trajs must be below num_samples ({cfg.num_samples}), got {cfg.num_pi_trajs}"
@@ -246,16 +255,7 @@ def make_config(model_size: int = 5, **overrides: object) -> Config:
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
-    enc, mlp, latent, layers, num_q = MODEL_SIZES[model_size]
-    preset = dict(
-        model_size=model_size,
-        enc_dim=enc,
-        mlp_dim=mlp,
-        latent_dim=latent,
-        num_enc_layers=layers,
-        num_q=num_q,
-    )
-    return Config(**{**preset, **overrides})
+    return Config(**{**overrides, "model_size": model_size})
 
 
 def with_knobs(cfg: Config, **knobs: object) -> Config:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -53,17 +55,25 @@ def simnorm(x: torch.Tensor, group: int) -> torch.Tensor:
     return F.softmax(groups, dim=-2).transpose(-1, -2).reshape(x.shape)
 
 
-def squashed_gaussian(
-    mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """tanh(mean + std * eps) with its log-probability (tanh correction applied).
+class PolicySample(NamedTuple):
+    mean: torch.Tensor
+    """tanh of the Gaussian mean (the deterministic action)."""
+    action: torch.Tensor
+    """tanh(mean + std * eps)."""
+    log_prob: torch.Tensor
+    """(..., 1) log-probability of the action, tanh correction applied."""
+    scaled_entropy: torch.Tensor
+    """(..., 1) the policy loss's entropy term: minus the Gaussian log-probability *before* the
+    tanh correction, times the action dimension (the correction is not scaled), as the
+    reference computes it."""
 
-    Returns (squashed mean, squashed action, log-prob of shape (..., 1)).
-    """
-    log_prob = (-0.5 * eps.square() - log_std - LOG_SQRT_2PI).sum(-1, keepdim=True)
+
+def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> PolicySample:
+    """tanh(mean + std * eps) with its log-probability and the scaled entropy term."""
+    gaussian = (-0.5 * eps.square() - log_std - LOG_SQRT_2PI).sum(-1, keepdim=True)
     action = torch.tanh(mean + eps * log_std.exp())
-    log_prob = log_prob - torch.log(F.relu(1 - action.square()) + 1e-6).sum(-1, keepdim=True)
-    return torch.tanh(mean), action, log_prob
+    log_prob = gaussian - torch.log(F.relu(1 - action.square()) + 1e-6).sum(-1, keepdim=True)
+    return PolicySample(torch.tanh(mean), action, log_prob, -gaussian * eps.shape[-1])
 
 
 def bounded_log_std(raw: torch.Tensor, low: float, high: float) -> torch.Tensor:

@@ -44,7 +44,7 @@ def rollout_value(
             alive = step_alive if alive is None else alive * step_alive
         discount = discount * gamma
     flat_z = z.reshape(n * k, -1)
-    _, pi_action, _ = model.policy(flat_z)
+    pi_action = model.policy(flat_z).action
     q = two_hot.decode(model.q_logits((flat_z, pi_action), model.random_q_pair())).mean(0)
     q = q.view(n, k, 1)
     return ret + discount * q * (1 if alive is None else alive)
@@ -78,20 +78,19 @@ def plan(
     z0 = model.encode(obs).unsqueeze(1)  # (N, 1, L)
     n, a_dim = obs.shape[0], warm_mean.shape[-1]
     num_sampled = k.num_samples - k.num_pi_trajs
-    pieces_actions, pieces_value = [], []
+    pi_actions = []
     if k.num_pi_trajs:
-        # Policy trajectories do not change between iterations: value them once.
-        pi_actions = policy_actions(model, z0, k.horizon, k.num_pi_trajs)
-        pieces_actions.append(pi_actions)
-        pieces_value.append(rollout_value(model, two_hot, z0, pi_actions, k.gamma))
+        pi_actions.append(policy_actions(model, z0, k.horizon, k.num_pi_trajs))
     mean = warm_mean.transpose(0, 1)  # (H, N, A)
     std = torch.full_like(mean, k.max_std)
     for _ in range(k.iterations):
         noise = torch.randn(k.horizon, n, num_sampled, a_dim, device=obs.device, dtype=mean.dtype)
         sampled = (mean.unsqueeze(2) + std.unsqueeze(2) * noise).clamp(-1, 1)
-        value = rollout_value(model, two_hot, z0, sampled, k.gamma)
-        actions = torch.cat([*pieces_actions, sampled], dim=2)  # (H, N, S, A)
-        value = torch.cat([*pieces_value, value], dim=1).squeeze(-1).nan_to_num(0.0)  # (N, S)
+        actions = torch.cat([*pi_actions, sampled], dim=2)  # (H, N, S, A)
+        # The policy trajectories are valued again in every iteration with the sampled ones
+        # (a new terminal policy action, the iteration's Q pair), as in the reference: a lucky
+        # first value does not keep one elite for the whole plan.
+        value = rollout_value(model, two_hot, z0, actions, k.gamma).squeeze(-1).nan_to_num(0.0)
         elite_value, elite_idx = value.topk(k.num_elites, dim=1)
         index = elite_idx.view(1, n, -1, 1).expand(k.horizon, -1, -1, a_dim)
         elite_actions = actions.gather(2, index)  # (H, N, E, A)
@@ -100,10 +99,10 @@ def plan(
         mean = (weights * elite_actions).sum(2)
         std = ((weights * (elite_actions - mean.unsqueeze(2)).square()).sum(2)).sqrt()
         std = std.clamp(k.min_std, k.max_std)
-    if eval_mode:
-        action = mean[0]
-    else:
-        choice = gumbel_choice(score)  # (N,)
-        action = elite_actions[0, torch.arange(n, device=obs.device), choice]
+    # One elite drawn by its score, in evaluation too (the mean of a two-mode elite set can sit
+    # between the modes); only the exploration noise is left out there.
+    choice = gumbel_choice(score)  # (N,)
+    action = elite_actions[0, torch.arange(n, device=obs.device), choice]
+    if not eval_mode:
         action = action + std[0] * torch.randn_like(action)
     return action.clamp(-1, 1), mean.transpose(0, 1)

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from agent.config import Config
 from agent.layers import MLP, Inputs
-from agent.math import bounded_log_std, squashed_gaussian
+from agent.math import PolicySample, bounded_log_std, squashed_gaussian
 
 
 class WorldModel(nn.Module):
@@ -37,6 +37,13 @@ class WorldModel(nn.Module):
         # Running 5-95 percentile range of Q values that scales the policy objective.
         self.register_buffer("q_scale", torch.ones(()))
 
+    def train(self, mode: bool = True) -> WorldModel:
+        """As nn.Module.train, but the target Qs stay in eval mode: the TD target is computed
+        without dropout, as in the reference."""
+        super().train(mode)
+        self.target_qs.train(False)
+        return self
+
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         return self.encoder(obs)
 
@@ -50,10 +57,8 @@ class WorldModel(nn.Module):
         assert self.termination is not None, "termination head exists only in episodic mode"
         return self.termination(z)
 
-    def policy(
-        self, z: torch.Tensor, eps: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(squashed mean, sampled action, log-prob) of the policy prior at z."""
+    def policy(self, z: torch.Tensor, eps: torch.Tensor | None = None) -> PolicySample:
+        """(squashed mean, sampled action, log-prob, scaled entropy) of the policy prior at z."""
         mean, raw_log_std = self.pi(z).chunk(2, dim=-1)
         log_std = bounded_log_std(raw_log_std, self.cfg.log_std_min, self.cfg.log_std_max)
         if eps is None:

@@ -134,3 +134,46 @@ def test_episodic_mode_learns_termination(tiny_cfg):
     losses = torch.stack([h["termination_loss"] for h in history])
     assert torch.isfinite(losses).all() and losses[-5:].mean() < losses[:5].mean()
     assert agent.act(torch.randn(OBS), t0=True).abs().max() <= 1
+
+
+def _recording_rollouts(monkeypatch):
+    """Wrap the planner's rollout_value so a test sees every set of sequences it values."""
+    import agent.planner as planner
+
+    calls = []
+    real = planner.rollout_value
+
+    def recording(model, two_hot, z0, actions, gamma):
+        calls.append(actions.clone())
+        return real(model, two_hot, z0, actions, gamma)
+
+    monkeypatch.setattr(planner, "rollout_value", recording)
+    return calls
+
+
+def test_policy_trajectories_are_valued_again_in_every_iteration(tiny_cfg, monkeypatch):
+    # Reference: each MPPI iteration values all num_samples sequences together, the policy
+    # trajectories included (a new terminal policy action and the iteration's Q pair).
+    agent = TDMPC2(tiny_cfg.__class__(**{**tiny_cfg.__dict__, "iterations": 3}), OBS, ACT)
+    calls = _recording_rollouts(monkeypatch)
+    agent.act(torch.randn(OBS))
+    k = agent.plan_knobs()
+    assert [c.shape[2] for c in calls] == [k.num_samples] * k.iterations
+    # The same policy trajectories lead every iteration's set.
+    for c in calls[1:]:
+        assert torch.equal(c[:, :, : k.num_pi_trajs], calls[0][:, :, : k.num_pi_trajs])
+
+
+def test_evaluation_acts_with_a_drawn_elite_not_the_plan_mean(tiny_cfg, monkeypatch):
+    # Reference: in evaluation too one elite is drawn by its score (Gumbel); only the
+    # exploration noise is left out. The mean of the elites is (almost surely) none of them.
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    calls = _recording_rollouts(monkeypatch)
+    for seed in range(3):
+        calls.clear()
+        torch.manual_seed(seed)
+        action = agent.act(torch.randn(OBS), t0=True, eval_mode=True)
+        first_actions = calls[-1][0, 0]  # (S, A): step 0 of every sequence of the last iteration
+        distance = (first_actions - action).abs().sum(-1).min()
+        assert distance < 1e-6, f"eval action is not a candidate's first action ({distance})"
+        assert not torch.allclose(action, agent._warm_mean[0, 0], atol=1e-4)

@@ -10,6 +10,9 @@ def test_defaults_follow_the_published_method():
     assert cfg.resolved_seed_steps == 2500
     assert cfg.resolved_iterations(6) == 6
     assert cfg.resolved_iterations(21) == 8
+    # As in the reference, an explicit count is raised by 2 for large action spaces too.
+    explicit = make_config(5, iterations=4)
+    assert (explicit.resolved_iterations(6), explicit.resolved_iterations(21)) == (4, 6)
     assert (cfg.num_samples, cfg.num_elites, cfg.num_pi_trajs, cfg.horizon) == (512, 64, 24, 3)
     assert (cfg.lr, cfg.enc_lr_scale, cfg.grad_clip_norm, cfg.tau, cfg.rho) == (
         3e-4,
@@ -81,3 +84,16 @@ def test_knobs_validated_and_unchanged_on_error():
     with pytest.raises(ConfigError, match="num_elites"):
         with_knobs(cfg, num_samples=32, num_elites=64)
     assert cfg.horizon == 3 and set(KNOB_RANGES) >= {"horizon", "iterations", "num_samples"}
+
+
+def test_config_built_directly_takes_its_model_size_preset():
+    # Config(model_size=1) is the 1M model (not the 5M dimensions of the field defaults); an
+    # architecture value given explicitly still wins.
+    one = Config(model_size=1)
+    dims = (one.enc_dim, one.mlp_dim, one.latent_dim, one.num_enc_layers, one.num_q)
+    assert dims == (256, 384, 128, 2, 2)
+    assert Config(model_size=19).mlp_dim == 1024
+    assert Config(model_size=1, mlp_dim=96).mlp_dim == 96
+    assert Config(model_size=1) == make_config(1)
+    with pytest.raises(ConfigError, match="model_size"):
+        Config(model_size=7)

@@ -50,12 +50,27 @@ def test_simnorm_is_softmax_per_group():
 def test_squashed_gaussian_log_prob_matches_change_of_variables():
     torch.manual_seed(0)
     mean, log_std, eps = torch.randn(4, 3), torch.randn(4, 3) * 0.3, torch.randn(4, 3)
-    _, action, log_prob = squashed_gaussian(mean, log_std, eps)
+    _, action, log_prob, _ = squashed_gaussian(mean, log_std, eps)
     normal = torch.distributions.Normal(mean, log_std.exp())
     pre_tanh = mean + eps * log_std.exp()
     expected = normal.log_prob(pre_tanh).sum(-1) - torch.log(1 - action.square() + 1e-6).sum(-1)
     assert torch.allclose(log_prob.squeeze(-1), expected, atol=1e-4)
     assert (action.abs() < 1).all()
+
+
+def test_scaled_entropy_scales_the_gaussian_log_prob_before_the_tanh_correction():
+    # Reference: scaled entropy = -action_dim * log N(pre-tanh action); the tanh correction is
+    # not multiplied by the action dimension, so saturated actions are not penalised A-fold.
+    torch.manual_seed(1)
+    log_std, eps = torch.randn(4, 21) * 0.3, torch.randn(4, 21)
+    calm = squashed_gaussian(torch.zeros(4, 21), log_std, eps)
+    saturated = squashed_gaussian(torch.full((4, 21), 6.0), log_std, eps)
+    gaussian = torch.distributions.Normal(0.0, log_std.exp()).log_prob(eps * log_std.exp())
+    expected = -21 * gaussian.sum(-1, keepdim=True)
+    assert torch.allclose(calm.scaled_entropy, expected, atol=1e-3)
+    assert torch.allclose(saturated.scaled_entropy, expected, atol=1e-3)
+    # The log-probability itself keeps the correction: saturation changes it a lot.
+    assert (saturated.log_prob - calm.log_prob).abs().min() > 10
 
 
 def test_gumbel_choice_follows_weights():

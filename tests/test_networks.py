@@ -44,8 +44,9 @@ def test_world_model_shapes_for_every_preset(size):
     assert model.reward_logits(z, a).shape == (n, cfg.num_bins)
     assert model.q_logits((z, a)).shape == (cfg.num_q, n, cfg.num_bins)
     assert model.q_logits((z, a), model.random_q_pair(), target=True).shape == (2, n, cfg.num_bins)
-    mean, action, log_prob = model.policy(z)
+    mean, action, log_prob, scaled_entropy = model.policy(z)
     assert mean.shape == action.shape == (n, action_dim) and log_prob.shape == (n, 1)
+    assert scaled_entropy.shape == (n, 1)
     assert (action.abs() <= 1).all()
     # Reward and Q heads start at zero output, as in the reference initialisation.
     assert model.reward_logits(z, a).abs().max() == 0
@@ -65,3 +66,21 @@ def test_episodic_model_has_termination_head():
     model = WorldModel(make_config(1, episodic=True), 4, 2)
     assert model.termination_logit(model.encode(torch.randn(3, 4))).shape == (3, 1)
     assert WorldModel(make_config(1), 4, 2).termination is None
+
+
+def test_target_qs_stay_in_eval_mode_so_the_td_target_has_no_dropout():
+    # The reference keeps its target Qs in eval mode while training: the TD target is computed
+    # without dropout. With a high dropout rate two target evaluations must still agree.
+    model = WorldModel(make_config(1, dropout=0.3), 4, 2)
+    with torch.no_grad():
+        for p in model.target_qs.parameters():
+            p.normal_(0, 0.5)
+    model.train()
+    assert model.qs.training and not model.target_qs.training
+    z, a = model.encode(torch.randn(16, 4)), torch.rand(16, 2) * 2 - 1
+    pair = torch.tensor([0, 1])
+    first = model.q_logits((z, a), pair, target=True)
+    assert torch.equal(first, model.q_logits((z, a), pair, target=True))
+    # The online Qs do drop units in training (the value loss and policy loss use them so).
+    model.qs.load_state_dict(model.target_qs.state_dict())
+    assert not torch.equal(model.q_logits((z, a), pair), model.q_logits((z, a), pair))

@@ -166,9 +166,10 @@ def test_control_worker_never_merges(tmp_path):
     assert grown.control_index == 2 and grown.merging == [1, 3, 4] and grown.removed == (0,)
 
 
-def test_auto_iterations_become_a_live_knob_with_the_planners_count(tmp_path):
-    # iterations=0 means "6, or 8 from 20 action dims": the run records the count it plans
-    # with, so the knob record is valid and a later change of another knob is accepted.
+def test_auto_iterations_become_a_live_knob_holding_the_base_count(tmp_path):
+    # iterations=0 means 6: the run records that number, so the knob record is valid and a
+    # later change of another knob is accepted. The planner adds 2 from 20 action dims to any
+    # value, as the reference does, so the record holds 6 for humanoid too (it plans 8).
     walker = Run.create(tmp_path / "w", tiny(10, task="walker-walk", iterations=0), RunSettings())
     assert walker.cfg.iterations == 6
     assert walker.knobs.read()[1]["iterations"] == 6
@@ -176,7 +177,8 @@ def test_auto_iterations_become_a_live_knob_with_the_planners_count(tmp_path):
     humanoid = Run.create(
         tmp_path / "h", tiny(10, task="humanoid-walk", iterations=0), RunSettings()
     )
-    assert humanoid.knobs.read()[1]["iterations"] == 8
+    assert humanoid.knobs.read()[1]["iterations"] == 6
+    assert humanoid.cfg.resolved_iterations(21) == 8
 
 
 def test_stop_during_pretraining_checkpoints_and_resume_finishes_it(tmp_path):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agent.agent import resolve_device
 from agent.config import Config, knobs_of
-from agent.envs import action_dim, resolve_task
+from agent.envs import resolve_task
 from agent.errors import ConfigError, UserError
 from workers.knobs import KnobStore, validate_knobs
 from workers.merge import merged_step, write_members
@@ -268,8 +268,9 @@ class Run:
     def create(cls, path: str | Path, cfg: Config, settings: RunSettings) -> Run:
         resolve_task(cfg.task)
         if cfg.iterations == 0:
-            # "Auto" becomes the count the planner runs: a live knob holds a real number.
-            cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(action_dim(cfg.task)))
+            # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
+            # planner adds 2 for large action spaces to any value, as the reference does.
+            cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
         # Refused knobs must leave nothing behind: check them before the first write.
         validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
         run_dir = RunDir.create(path)
