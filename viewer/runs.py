@@ -43,6 +43,8 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
         merge_every=merge_every,
         control_worker=args.control_worker,
         checkpoint_every=args.checkpoint_every,
+        tensorboard=not args.no_tensorboard,
+        wandb=args.wandb,
     )
     path = args.run_dir or default_run_dir(cfg.task)
     return lambda: Run.create(path, cfg, settings)

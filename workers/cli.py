@@ -58,6 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", default=None, help="run directory (default runs/TASK-TIME)")
     parser.add_argument("--load", default=None, help="start from the weights in this file")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    logs = parser.add_argument_group("logs (metrics.jsonl / worker-K.jsonl and eval CSV always)")
+    logs.add_argument(
+        "--no-tensorboard",
+        action="store_true",
+        help="write no TensorBoard event files (default: written into RUN_DIR/tb when installed)",
+    )
+    logs.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log to Weights & Biases (needs the wandb package; offline when not logged in)",
+    )
     multi = parser.add_argument_group("merged-weight workers")
     multi.add_argument("--workers", type=int, default=None, help="worker processes (N >= 1)")
     multi.add_argument(
@@ -154,6 +165,8 @@ def run_workers(args: argparse.Namespace) -> int:
             merge_every=2500 if args.merge_every is None else args.merge_every,
             control_worker=args.control_worker,
             checkpoint_every=args.checkpoint_every,
+            tensorboard=not args.no_tensorboard,
+            wandb=args.wandb,
         )
         run = Run.create(args.run_dir or default_run_dir(cfg.task), cfg, settings)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -201,13 +214,17 @@ def _serve_requests(run) -> bool:
 
 
 def run_headless(args: argparse.Namespace) -> int:
+    from workers.exporters import attach_exporters, require_wandb
     from workers.rundir import RunDir
     from workers.trainer import Trainer
 
     cfg = config_from_args(args)
+    if args.wandb:
+        require_wandb()  # before anything is written
     run_dir = RunDir.create(args.run_dir or default_run_dir(cfg.task))
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     trainer = Trainer(cfg, run_dir, load_weights=args.load, progress=not args.quiet)
+    attach_exporters(run_dir, cfg, tensorboard=not args.no_tensorboard, wandb=args.wandb)
     print(
         f"training {cfg.task} ({cfg.model_size}M) on {trainer.agent.device}; "
         f"run directory {run_dir.path}",

@@ -29,6 +29,7 @@ from agent.agent import resolve_device
 from agent.config import Config, knobs_of
 from agent.envs import resolve_task
 from agent.errors import ConfigError, UserError
+from workers.exporters import require_wandb
 from workers.knobs import KnobStore, validate_knobs
 from workers.merge import merged_step, write_members
 from workers.player import (
@@ -63,6 +64,8 @@ class RunSettings:
     threads_per_worker: int = 1
     added: int = 0  # workers added mid-run: the last `added` indices (the control is before them)
     removed: tuple[int, ...] = ()  # workers taken out mid-run: stopped, not merged, not resumed
+    tensorboard: bool = True  # event files in tb/worker-K/ (when TensorBoard is installed)
+    wandb: bool = False  # each worker also logs to Weights & Biases
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
@@ -267,6 +270,8 @@ class Run:
     @classmethod
     def create(cls, path: str | Path, cfg: Config, settings: RunSettings) -> Run:
         resolve_task(cfg.task)
+        if settings.wandb:
+            require_wandb()
         if cfg.iterations == 0:
             # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
             # planner adds 2 for large action spaces to any value, as the reference does.
@@ -294,6 +299,8 @@ class Run:
         """Continue a stopped run from its checkpoints; `steps` raises its total agent steps."""
         path = Path(path)
         cfg, settings = _read_record(path)
+        if settings.wandb:  # the run keeps the logs it started with
+            require_wandb()
         if steps is not None:
             cfg = dataclasses.replace(cfg, steps=steps)
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
@@ -331,6 +338,8 @@ class Run:
             start_from_merged=from_merged,
             join_step=join_step,
             nice=self._worker_nice,
+            tensorboard=s.tensorboard,
+            wandb=s.wandb,
         )
 
     def _spawn(self, spec: WorkerSpec) -> None:

@@ -11,8 +11,10 @@ import io
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -70,6 +72,14 @@ def _clean(value: object) -> object:
     return value
 
 
+class Sink(Protocol):
+    """Mirrors each logged record elsewhere (TensorBoard, CSV, ...: workers/exporters.py)."""
+
+    def write(self, record: dict) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class RunDir:
     """A run's folder. create() refuses a folder that already holds a run, so nothing is lost."""
 
@@ -77,6 +87,7 @@ class RunDir:
         self.path = Path(path)
         self.metrics_name, self.weights_name = metrics, weights
         self._metrics_fd: int | None = None
+        self.sinks: list[Sink] = []  # get every record after the metrics log has it
 
     @classmethod
     def create(cls, path: str | Path) -> RunDir:
@@ -108,6 +119,16 @@ class RunDir:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
             self._metrics_fd = os.open(self.path / self.metrics_name, flags, 0o644)
         os.write(self._metrics_fd, (json.dumps(record) + "\n").encode())
+        for sink in list(self.sinks):
+            try:
+                sink.write(record)
+            except Exception as err:  # a mirror must never stop the run: say so once, drop it
+                self.sinks.remove(sink)
+                print(
+                    f"warning: {type(sink).__name__} stopped ({type(err).__name__}: {err}); "
+                    f"the run goes on, {self.metrics_name} has every record",
+                    file=sys.stderr,
+                )
         return record
 
     def read_metrics(self, kind: str | None = None) -> list[dict]:
@@ -130,6 +151,11 @@ class RunDir:
         return self.path / self.weights_name
 
     def close(self) -> None:
+        for sink in self.sinks:  # each may be closed twice, and written after (ignored)
+            try:
+                sink.close()
+            except Exception as err:
+                print(f"warning: closing {type(sink).__name__}: {err}", file=sys.stderr)
         if self._metrics_fd is not None:
             os.fsync(self._metrics_fd)
             os.close(self._metrics_fd)

@@ -19,6 +19,7 @@ import torch
 
 from agent.config import Config
 from agent.errors import ConfigError
+from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs
 from workers.merge import FileMergeBackend, is_finite
 from workers.rundir import RunDir, load_state, save_state
@@ -65,6 +66,8 @@ class WorkerSpec:
     start_from_merged: bool = False
     join_step: int = 0  # from the merged weights: the agent step it starts counting from
     nice: int = 0  # CPU priority below the process that started it (a window: see Run.start)
+    tensorboard: bool = True  # mirror the metrics into tb/worker-K/ (workers/exporters.py)
+    wandb: bool = False
 
 
 def metrics_name(index: int) -> str:
@@ -236,6 +239,9 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave) -> N
     try:
         cfg = Config(**spec.cfg)
         trainer = Trainer(cfg, run, progress=False, write_config=False)
+        attach_exporters(
+            run, cfg, tensorboard=spec.tensorboard, wandb=spec.wandb, worker=spec.index
+        )
         ckpt = checkpoint_path(spec.run_path, spec.index)
         if spec.resume and ckpt.exists():
             trainer.load_state_dict(load_state(ckpt, trainer.agent.device))
