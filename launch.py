@@ -39,7 +39,7 @@ DESKTOP_FLAGS = {"--install-desktop", "--uninstall-desktop"}
 
 
 def _venv_python() -> Path:
-    return VENV / "bin" / "python"
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 def _stamp() -> str:

@@ -345,3 +345,175 @@ def test_bench_merge_json():
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["workers"] == 3 and data["merge_ms"] > 0 and data["floats_merged"] > 1000
+
+
+# --- the command line's manners: --help, typos, key=value, the console script, the bootstrap ---
+
+
+def test_help_shows_defaults_examples_and_bench():
+    result = launch("--headless", "--help")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "(default: None)" not in text and "(default: False)" not in text
+    for shown in (
+        "--model-size M        1, 5, 19 or 48 million parameters (default: 5)",
+        "(default: walker-walk)",
+        "(default: 512)",  # --num-samples, from the walker-walk 5M preset
+        "(default: 0.0003)",  # --lr
+        "(default: on)",  # --compile
+    ):
+        assert shown in text, shown
+    examples = text.split("examples:", 1)[1]
+    assert examples.count("python3 launch.py") >= 3
+    assert "task=walker-walk model_size=5" in examples and "launch.py bench" in examples
+    assert "launch.py bench" in text.split("options:", 1)[0]  # in the usage lines
+    window = launch("--help")  # without --headless the window's entry answers: the same help
+    assert window.returncode == 0 and window.stdout == text, window.stderr
+    bench = launch("bench", "--help")
+    assert bench.returncode == 0, bench.stderr
+    assert "--repeats" in bench.stdout and "(default: 10)" in bench.stdout
+    assert "--viewer" in bench.stdout and "examples:" in bench.stdout
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--headless", "--stepz", "5"], ["unknown flag --stepz", "did you mean --steps?"]),
+        (["--stepz=5"], ["unknown flag --stepz", "did you mean --steps?"]),  # the window's entry
+        (["bench", "--repeatz", "3"], ["unknown flag --repeatz", "did you mean --repeats?"]),
+        (["--headless", "model_sise=5"], ["unknown key model_sise", "did you mean model_size?"]),
+    ],
+)
+def test_mistyped_flags_and_keys_get_one_line(args, words):
+    assert_clean_error(launch(*args), *words)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--step", "5"], ["unknown flag --step", "did you mean --steps?"]),  # no prefix guessing
+        (["--steps", "x"], ["--steps", "invalid int value: 'x'"]),
+        (["--horizon"], ["--horizon", "expected one argument"]),
+        (["walker"], ["unexpected argument 'walker'"]),
+        (["bench"], ["bench is a command of its own"]),
+        (["modelsize=5"], ["unknown key modelsize", "did you mean model_size?"]),
+        (["model-sise=5"], ["did you mean model-size?"]),
+        (["compile=maybe"], ["compile=true or compile=false"]),
+    ],
+)
+def test_parser_refuses_in_one_line(args, words, capsys):
+    from workers.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for word in words:
+        assert word in err, err
+
+
+def _parse(*argv):
+    from workers.cli import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
+def test_key_value_arguments_are_the_same_flags():
+    from workers.cli import config_from_args
+
+    flags = _parse(
+        "--headless",
+        "--task",
+        "walker-walk",
+        "--model-size",
+        "5",
+        "--steps",
+        "1000",
+        "--no-compile",
+        "--seed-steps",
+        "700",
+        "--vmin",
+        "-5",
+    )
+    keys = _parse(
+        "headless=true",
+        "task=walker-walk",
+        "model_size=5",
+        "steps=1000",
+        "compile=false",
+        "seed-steps=700",
+        "vmin=-5",
+    )
+    assert vars(keys) == vars(flags)
+    assert config_from_args(keys) == config_from_args(flags)
+    assert flags.compile is False and flags.steps == 1000 and flags.vmin == -5.0
+    # Switches both ways; a flag's value that holds '=' stays a value.
+    assert _parse("no_compile=true").compile is False and _parse("mpc=1").mpc is True
+    assert _parse("quiet=false").quiet is False and _parse("quiet=yes").quiet is True
+    assert _parse("--run-dir", "runs/a=b").run_dir == "runs/a=b"
+
+
+def test_console_script_runs_the_same_program():
+    from importlib.metadata import entry_points
+
+    (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "tdmpc2-live"]
+    assert script.value == "launch:console_main"
+    installed = Path(sys.executable).parent / "tdmpc2-live"
+    if installed.exists():  # run it as a user would: the same --help, the same one-line errors
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        ran = subprocess.run([str(installed), "--help"], capture_output=True, text=True, env=env)
+        assert ran.returncode == 0 and "examples:" in ran.stdout, ran.stderr
+        typo = subprocess.run(
+            [str(installed), "--headless", "--stepz", "1"], capture_output=True, text=True, env=env
+        )
+        assert_clean_error(typo, "did you mean --steps?")
+
+
+def test_bootstrap_uses_this_python_when_the_dependencies_import():
+    import launch
+
+    choose = launch.choose_environment
+    base = dict(no_bootstrap=False, setup_only=False, in_venv=False, venv_ready=False)
+    assert choose(**base, deps_here=True) == "current"
+    assert choose(**base, deps_here=False) == "build"
+    assert choose(**{**base, "venv_ready": True}, deps_here=False) == "venv"
+    # Our own .venv is kept in step with pyproject.toml whatever it has installed.
+    assert choose(**{**base, "in_venv": True}, deps_here=True) == "build"
+    assert choose(**{**base, "in_venv": True, "venv_ready": True}, deps_here=True) == "here"
+    # --setup-only always prepares .venv (tests/run.sh runs from it), even when this Python
+    # has everything; TDMPC2_LIVE_NO_BOOTSTRAP runs here, no questions asked.
+    assert choose(**{**base, "setup_only": True}, deps_here=True) == "build"
+    assert choose(**{**base, "setup_only": True, "venv_ready": True}, deps_here=False) == "here"
+    assert choose(**{**base, "no_bootstrap": True}, deps_here=False) == "here"
+
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    modules = launch.dependency_modules(pyproject)
+    assert {"torch", "dm_control", "mujoco", "dearpygui", "imageio_ffmpeg"} <= set(modules)
+    assert "pytest" not in modules  # dev extras are not needed to run
+    assert launch.dependencies_here(modules, find_spec=lambda name: object())
+    assert not launch.dependencies_here(
+        modules, find_spec=lambda name: None if name == "mujoco" else object()
+    )
+
+
+def test_bootstrap_says_when_it_uses_this_python(monkeypatch, tmp_path, capsys):
+    import launch
+
+    # This Python has the dependencies but is not the project's .venv (that is elsewhere).
+    monkeypatch.delenv("TDMPC2_LIVE_NO_BOOTSTRAP", raising=False)
+    monkeypatch.setattr(launch, "VENV", tmp_path / "venv")
+    monkeypatch.setattr(launch.os, "execv", lambda *a: pytest.fail(f"re-ran itself: {a}"))
+    launch.ensure_environment(["--headless"])
+    assert capsys.readouterr().err == f"using this Python's packages: {sys.executable}\n"
+    launch.ensure_environment(["--help"])  # --help stays quiet
+    assert capsys.readouterr().err == ""
+    assert not (tmp_path / "venv").exists()
+
+
+def test_launch_routes_key_value_switches():
+    import launch
+
+    assert launch._given(["task=x", "headless=true"], "headless")
+    assert not launch._given(["headless=false"], "headless")
+    assert launch._given(["bench", "viewer=0"], "viewer", switch=False)
+    assert not launch._given(["--headlessly"], "headless")
