@@ -90,7 +90,9 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
 
 
 def test_killed_worker_is_left_out_and_can_restart(tmp_path):
-    settings = RunSettings(workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=2)
+    settings = RunSettings(
+        workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=2, max_restarts=0
+    )  # restarted by hand here (tests/test_reliability.py: automatically)
     run = Run.create(tmp_path / "run", tiny(600), settings)
     run.start()
     assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 120)

@@ -260,8 +260,9 @@ class Controller:
         run, model = self._run, self._model
         if run is not None and model is not None and self._phase == "running":
             model.ingest(run.new_events())
-            for index in run.dead_workers():
-                self.notices.put(f"worker {index} crashed; the others go on")
+            # A worker restarted...; those also recorded (a crash) come as model errors.
+            for line in run.notices(recorded=False):
+                self.notices.put(line)
             if not run.attached:
                 self._serve_requests(run)
         self._publish()

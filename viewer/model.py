@@ -113,6 +113,9 @@ class RunModel:
             source = "showcase" if worker == "player" else f"worker {worker}"
             self.errors.append(f"{source}: {e.get('message', 'error')}")
             self.error_count += 1
+        elif kind == "crashed":  # written by the run: says why, and whether it restarts
+            self.errors.append(str(e.get("message", f"worker {worker} crashed")))
+            self.error_count += 1
 
     def _latest_step(self) -> float:
         steps = [s.steps[-1] for s in self.returns.values() if len(s)]

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -251,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     multi.add_argument(
         "--checkpoint-every", type=int, default=10_000, metavar="STEPS", help="agent steps"
     )
+    multi.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="restart a crashed worker from the merged weights at most N times, after 2, 4, "
+        "8... s (default: 3; 0: never; a resumed run keeps its own unless given)",
+    )
     multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
     parser.add_argument(
         "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
@@ -335,6 +343,8 @@ def run_workers(args: argparse.Namespace) -> int:
 
     if args.resume:
         run = Run.resume(args.resume, steps=args.steps)
+        if args.max_restarts is not None:
+            run.settings = replace(run.settings, max_restarts=args.max_restarts)
     else:
         cfg = config_from_args(args)
         workers = args.workers + (1 if args.control_worker else 0)
@@ -345,6 +355,7 @@ def run_workers(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             tensorboard=not args.no_tensorboard,
             wandb=args.wandb,
+            max_restarts=3 if args.max_restarts is None else args.max_restarts,
         )
         run = Run.create(args.run_dir or default_run_dir(cfg.task), cfg, settings)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -355,17 +366,17 @@ def run_workers(args: argparse.Namespace) -> int:
     run.start()
     interrupted, ticks = False, 0
     try:
-        while any(w["alive"] for w in run.progress()):
+        while any(w["alive"] for w in run.progress()) or run.restarting:
             time.sleep(0.5)  # requests from an attached window are served within this
             if _serve_requests(run):  # a stop asked for is not an interruption: exit code 0
                 print("stopping, as an attached window asked...", file=sys.stderr)
                 run.stop()
                 break
+            for line in run.notices():  # a worker died, restarts, a knob record refused
+                print(line, file=sys.stderr)
             ticks += 1
             if ticks % 4:
                 continue
-            for index in run.dead_workers():
-                print(f"worker {index} died; the others go on", file=sys.stderr)
             if not args.quiet:
                 line = "  ".join(
                     f"w{w['worker']} {w['state']} {int(w['step'])} ({w['steps_per_s']:.1f}/s)"

@@ -90,11 +90,20 @@ class MergeBackend(Protocol):
 MEMBERS = "members.json"
 
 
-def write_members(run_path: str | Path, workers: list[int]) -> None:
-    """Record which workers take part in merges from now on (atomic)."""
+def write_members(
+    run_path: str | Path, workers: list[int], down: dict[int, str] | None = None
+) -> None:
+    """Record which workers take part in merges from now on (atomic). `down`: workers of the
+    run that are not running now (crashed, restarting), with why: nobody waits for them, and
+    each merge reports them as left out."""
     path = Path(run_path) / "merge" / MEMBERS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"workers": sorted(workers)})
+    path.parent.mkdir(exist_ok=True)  # not parents: a vanished run directory is not recreated
+    down = {int(k): str(v) for k, v in (down or {}).items()}
+    record = {
+        "workers": sorted(set(workers) - set(down)),
+        "down": {str(k): v for k, v in down.items()},
+    }
+    atomic_write_json(path, record)
 
 
 def merged_step(run_path: str | Path) -> int:
@@ -112,13 +121,16 @@ class FileMergeBackend:
         self.dir = Path(run_path) / "merge"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.workers, self.timeout_s = list(workers), timeout_s
+        self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
 
     def members(self) -> list[int]:
         """The workers taking part now: members.json if the run wrote one, else those given."""
         try:
-            found = json.loads((self.dir / MEMBERS).read_text())["workers"]
+            record = json.loads((self.dir / MEMBERS).read_text())
+            found, down = record["workers"], record.get("down", {})
             if isinstance(found, list) and all(isinstance(w, int) for w in found):
                 self.workers = found
+                self.down = {int(k): str(v) for k, v in dict(down).items()}
         except (OSError, ValueError, KeyError, TypeError):
             pass  # none yet, or damaged: keep the last good list
         return list(self.workers)
@@ -185,6 +197,7 @@ class FileMergeBackend:
             if not waiting or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
+        left_out.update({w: why for w, why in self.down.items() if w != worker})
         for other, why in left_out.items():
             if why.startswith("unreadable"):
                 warnings.warn(

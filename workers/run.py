@@ -19,7 +19,10 @@ import dataclasses
 import json
 import math
 import multiprocessing as mp
+import multiprocessing.connection
 import numbers
+import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -47,6 +50,8 @@ from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, wo
 RUN_FILE = "run.json"
 DEFAULT_SHARE = 0.07  # showcase CPU budget (cores) when training on the CPU
 ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
+MONITOR_S = 0.25  # the monitor thread looks at least this often (a worker's exit: at once)
+RESTART_BACKOFF_S = 2.0  # before the first automatic restart of a crashed worker; doubles
 PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called
 NOT_SERVED = (
     "no process is training this run now (no worker has written a record for a minute), so "
@@ -66,6 +71,7 @@ class RunSettings:
     removed: tuple[int, ...] = ()  # workers taken out mid-run: stopped, not merged, not resumed
     tensorboard: bool = True  # event files in tb/worker-K/ (when TensorBoard is installed)
     wandb: bool = False  # each worker also logs to Weights & Biases
+    max_restarts: int = 3  # automatic restarts of a crashed worker, per worker (0: none)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
@@ -75,6 +81,8 @@ class RunSettings:
             raise ConfigError(f"merge_every must be at least 1, got {self.merge_every}")
         if self.checkpoint_every < 1:
             raise ConfigError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
+        if not 0 <= self.max_restarts <= 1000:
+            raise ConfigError(f"max_restarts must be in [0, 1000], got {self.max_restarts}")
 
     @property
     def control_index(self) -> int | None:
@@ -97,6 +105,9 @@ class _Process:
     snapshot: object
     leave: object  # Event: this worker alone stops (removed from the run)
     checkpoint: object  # Event: save a checkpoint now (one per worker: each clears its own)
+    join: object  # Value: the step a worker starting from the merged weights counts on from
+    started: float = 0.0  # time.time() of the spawn
+    handled: bool = False  # its end was seen by the monitor
 
 
 @dataclass
@@ -150,6 +161,8 @@ class _Seen:
             self.ended = "done" if event.get("reason") == "done" else "stopped"
         elif kind == "error" and "traceback" in event:  # the worker's own crash, not a refusal
             self.ended = "crashed"
+        elif kind == "crashed":  # the owner saw the process die (kill -9 writes nothing)
+            self.ended = "crashed"
 
     def progress(self, worker: int) -> dict:
         if self.ended is not None:
@@ -168,6 +181,27 @@ class _Seen:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _last_error(path: Path, since: float) -> str | None:
+    """The message of the newest "error" record in a worker's metrics file written after
+    `since` (a time.time()), or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 65536))  # the tail is enough: errors come last
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("time", 0) < since:
+            return None
+        if record.get("kind") == "error":
+            return str(record.get("message", "")).splitlines()[0][:300] or None
+    return None
 
 
 def _read_record(path: Path) -> tuple[Config, RunSettings]:
@@ -206,6 +240,14 @@ class Run:
         self._seen = {index: _Seen() for index in range(settings.workers)}
         self._settings_changed = 0  # run.json's mtime when an attached run last read it
         self._reported_dead: set[int] = set()
+        # The monitor thread (owner only, see _watch) and the caller share these.
+        self._lock = threading.RLock()
+        self._down: dict[int, str] = {}  # merging workers not running now, with why
+        self._restarts: dict[int, int] = {}  # automatic restarts so far, per worker
+        self._restart_at: dict[int, float] = {}  # scheduled restarts (time.monotonic())
+        self._rejoin: set[int] = set()  # restarted: back in the merges once past "starting"
+        self._notices: deque[tuple[str, bool]] = deque(maxlen=1000)
+        self._monitor: threading.Thread | None = None
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = self._ctx.Event(), self._ctx.Event()
@@ -285,12 +327,20 @@ class Run:
         run.knobs.initialise(cfg, settings.merge_every)
         return run
 
+    def _write_members(self) -> None:
+        """members.json: the merging workers, less those down now (nobody waits for them)."""
+        with self._lock:
+            merging = self.settings.merging
+            down = {k: why for k, why in self._down.items() if k in merging}
+            write_members(self.path, merging, down)
+
     def _save_settings(self, settings: RunSettings) -> None:
         """Record the settings (run.json) and who merges (read by the workers before each
         merge); both atomic."""
-        atomic_write_json(self.path / RUN_FILE, dataclasses.asdict(settings))
-        write_members(self.path, settings.merging)
-        self.settings = settings
+        with self._lock:
+            atomic_write_json(self.path / RUN_FILE, dataclasses.asdict(settings))
+            self.settings = settings
+            self._write_members()
         for index in range(settings.workers):
             self._seen.setdefault(index, _Seen())
 
@@ -345,14 +395,18 @@ class Run:
     def _spawn(self, spec: WorkerSpec) -> None:
         snapshot = self._ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False)
         leave, checkpoint = self._ctx.Event(), self._ctx.Event()
+        join = self._ctx.Value("q", spec.join_step, lock=False)
         process = self._ctx.Process(
             target=worker_main,
-            args=(spec, snapshot, self._pause, self._stop, checkpoint, leave),
+            args=(spec, snapshot, self._pause, self._stop, checkpoint, leave, join),
             name=f"tdmpc2-worker-{spec.index}",
             daemon=True,
         )
         process.start()
-        self._procs[spec.index] = _Process(spec, process, snapshot, leave, checkpoint)
+        with self._lock:
+            self._procs[spec.index] = _Process(
+                spec, process, snapshot, leave, checkpoint, join, started=time.time()
+            )
 
     def start(self, nice: int = 0) -> None:
         """Spawn the workers. `nice` lowers their CPU priority: a window started them, and its
@@ -362,6 +416,8 @@ class Run:
         self.requests.skip_old()  # asked of an earlier owner: not for this one
         for index in self.settings.active:
             self._spawn(self._spec(index, resume=self.resumed))
+        self._monitor = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
+        self._monitor.start()
 
     def restart_worker(self, index: int) -> None:
         """Start a dead worker again: from its checkpoint if any, else from the merged weights
@@ -370,11 +426,17 @@ class Run:
             raise UserError(f"worker {index} was removed from the run; add a new one instead")
         if self._attached:
             return self._ask_owner("restart_worker", worker=index)
-        old = self._procs.get(index)
-        if old is not None and old.process.is_alive():
-            raise UserError(f"worker {index} is still running")
-        self._reported_dead.discard(index)
-        self._spawn(self._spec(index, resume=True, from_merged=True, join_step=self._join_step()))
+        with self._lock:
+            old = self._procs.get(index)
+            if old is not None and old.process.is_alive():
+                raise UserError(f"worker {index} is still running")
+            self._reported_dead.discard(index)
+            # Asked for by hand: a fresh allowance of automatic restarts.
+            self._restarts.pop(index, None)
+            self._restart_at.pop(index, None)
+            self._rejoin.add(index)
+            spec = self._spec(index, resume=True, from_merged=True, join_step=self._join_step())
+            self._spawn(spec)
 
     def _join_step(self) -> int:
         """Where a worker starting from the merged weights begins counting agent steps: with the
@@ -418,7 +480,11 @@ class Run:
             raise UserError("a run needs at least one worker: stop the run instead")
         if self._attached:
             return self._ask_owner("remove_worker", worker=index)
-        self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
+        with self._lock:
+            self._down.pop(index, None)
+            self._restart_at.pop(index, None)
+            self._rejoin.discard(index)
+            self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
         process = self._procs.get(index)
         if process is not None:
             process.leave.set()
@@ -563,18 +629,26 @@ class Run:
             return
         self._stop.set()
         self._pause.clear()
+        if self._monitor is not None:
+            self._monitor.join(5)
         self.stop_player()
         deadline = time.monotonic() + timeout
-        for p in self._procs.values():
+        procs = list(self._procs.values())
+        for p in procs:
             p.process.join(max(0.0, deadline - time.monotonic()))
-        for p in self._procs.values():
+        for p in procs:
             if p.process.is_alive():
                 p.process.kill()
                 p.process.join(5)
 
     def wait(self, poll_s: float = 0.5) -> None:
         """Block until every worker has ended (attached: returns at once, it has none)."""
-        while any(p.process.is_alive() for p in self._procs.values()):
+        while True:
+            with self._lock:
+                alive = any(p.process.is_alive() for p in self._procs.values())
+                restarting = bool(self._restart_at or self._rejoin)
+            if not alive and not restarting:
+                return
             time.sleep(poll_s)
 
     # reading -----------------------------------------------------------------------
@@ -600,7 +674,9 @@ class Run:
             (self._pause.set if rows and resting else self._pause.clear)()
             return rows
         out = []
-        for index, p in sorted(self._procs.items()):
+        with self._lock:
+            procs = sorted(self._procs.items())
+        for index, p in procs:
             values = dict(zip(SNAPSHOT_FIELDS, p.snapshot[:]))
             state = STATES[int(values.pop("state"))]
             if not p.process.is_alive() and state not in ("done", "stopped"):
@@ -624,6 +700,138 @@ class Run:
         new = [w for w in dead if w not in self._reported_dead]
         self._reported_dead.update(new)
         return new
+
+    @property
+    def restarting(self) -> bool:
+        """True while a crashed worker waits for its automatic restart or is starting again."""
+        with self._lock:
+            return bool(self._restart_at or self._rejoin)
+
+    def notices(self, recorded: bool = True) -> list[str]:
+        """One-line messages for the user since the last call (a worker died, was restarted,
+        was left out for good; a knob record was refused): the command line prints them, the
+        window shows them in its status line and Log tab. `recorded=False` leaves out those
+        that also are a metrics record (a window shows those from the records)."""
+        with self._lock:
+            lines = [text for text, in_record in self._notices if recorded or not in_record]
+            self._notices.clear()
+        return lines
+
+    def _note(self, text: str, in_record: bool = False) -> None:
+        with self._lock:
+            self._notices.append((text, in_record))
+
+    # monitoring (owner only) -----------------------------------------------------------
+    def _watch(self) -> None:
+        """The monitor thread: sees a worker's exit within MONITOR_S, takes it out of the
+        merges at once, records why and restarts it with a back-off (see _ended)."""
+        while not self._stop.is_set():
+            with self._lock:
+                waiting = [p.process.sentinel for p in self._procs.values() if not p.handled]
+            try:
+                # Returns as soon as a worker exits; else after MONITOR_S.
+                multiprocessing.connection.wait(waiting, timeout=MONITOR_S)
+            except (OSError, ValueError):  # a sentinel closed meanwhile: look again
+                time.sleep(MONITOR_S)
+            if self._stop.is_set():
+                return
+            try:
+                self._check()
+            except Exception as err:  # the monitor must outlive anything it finds
+                self._note(f"error: run monitor: {type(err).__name__}: {err}")
+                time.sleep(1.0)
+
+    def _check(self) -> None:
+        with self._lock:
+            for index, p in list(self._procs.items()):
+                if not p.handled and not p.process.is_alive():
+                    p.handled = True
+                    self._ended(index, p)
+            now = time.monotonic()
+            for index, when in list(self._restart_at.items()):
+                if now >= when and not self._stop.is_set():
+                    del self._restart_at[index]
+                    self._restart(index)
+            for index in list(self._rejoin):
+                self._follow_rejoin(index)
+
+    def _ended(self, index: int, p: _Process) -> None:
+        """A worker process ended: a crash is recorded, taken out of the merges and restarted
+        (or left out for good after max_restarts)."""
+        state = STATES[int(p.snapshot[SNAPSHOT_FIELDS.index("state")])]
+        self._rejoin.discard(index)
+        if state in ("done", "stopped") or index in self.settings.removed or self._stop.is_set():
+            return
+        code = p.process.exitcode
+        if code is not None and code < 0:
+            try:
+                why = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                why = f"killed by signal {-code}"
+        else:
+            why = f"exit code {code}"
+        last_error = _last_error(self.path / metrics_name(index), since=p.started)
+        done = self._restarts.get(index, 0)
+        limit = self.settings.max_restarts
+        final = done >= limit
+        if final:
+            if limit == 0:
+                then = "automatic restarts are off (--max-restarts 0): restart it by hand"
+            else:
+                then = f"left out for good after {done} restart{'s' * (done != 1)}"
+            down = f"crashed ({why}): left out for good"
+        else:
+            delay = RESTART_BACKOFF_S * 2**done
+            then = (
+                f"restarting it from the merged weights in {delay:g} s "
+                f"(restart {done + 1} of {limit})"
+            )
+            self._restart_at[index] = time.monotonic() + delay
+            down = f"crashed ({why}), restarting"
+        message = f"worker {index} died ({why}"
+        message += f"; last error: {last_error})" if last_error else ")"
+        message += f"; the others go on without waiting for it; {then}"
+        if index in self.settings.merging:
+            self._down[index] = down
+            self._write_members()
+        self._note(message, in_record=True)
+        record = dict(
+            message=message,
+            exitcode=code,
+            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            last_error=last_error,
+            restarts=done,
+            final=final,
+        )
+        try:
+            log = RunDir(self.path, metrics=metrics_name(index))
+            log.log("crashed", step=int(p.snapshot[SNAPSHOT_FIELDS.index("step")]), **record)
+            log.close()
+        except OSError as err:  # the directory itself may be gone: the notice still says it
+            self._note(f"could not record worker {index}'s crash: {err}")
+
+    def _restart(self, index: int) -> None:
+        """An automatic restart, from the merged weights at the step of the running workers
+        (it joins the merges again once it runs: _follow_rejoin)."""
+        self._restarts[index] = self._restarts.get(index, 0) + 1
+        self._rejoin.add(index)
+        self._reported_dead.discard(index)
+        self._spawn(self._spec(index, resume=False, from_merged=True, join_step=self._join_step()))
+
+    def _follow_rejoin(self, index: int) -> None:
+        """While a restarted worker starts, keep its starting step at the others' step (it
+        reads it once ready); once it runs, it takes part in the merges again."""
+        p = self._procs[index]
+        state = STATES[int(p.snapshot[SNAPSHOT_FIELDS.index("state")])]
+        if state == "starting":
+            if p.process.is_alive():
+                p.join.value = self._join_step()
+            return
+        self._rejoin.discard(index)
+        if self._down.pop(index, None) is not None:
+            self._write_members()
+        step = int(p.snapshot[SNAPSHOT_FIELDS.index("step")])
+        self._note(f"worker {index} runs again from step {step}: it merges again")
 
     def new_events(self) -> list[dict]:
         """Metrics records appended since the last call, from every worker's file."""

@@ -129,9 +129,10 @@ class WorkerHooks:
     def merge(self) -> None:
         t = self.trainer
         round_ = t.step // self.merge_every
-        if self.backend.members() == [self.spec.index]:
+        if self.backend.members() == [self.spec.index] and not self.backend.down:
             # Alone (so far): still publish the weights as the merged ones, for the showcase
-            # and for a worker added later, but a merge of one is no merge to report.
+            # and for a worker added later, but a merge of one is no merge to report (one
+            # with workers down is: it says who is left out, and that nobody waited).
             state = self._model_state()
             if is_finite(state):
                 self.backend.publish_merged(round_, state, [self.spec.index], t.step)
@@ -229,8 +230,10 @@ class WorkerHooks:
         )
 
 
-def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave) -> None:
-    """Entry point of a spawned worker process."""
+def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join=None) -> None:
+    """Entry point of a spawned worker process. `join` (a shared Value, optional): the step to
+    count on from when starting from the merged weights, kept current by the run while this
+    process starts (so that its merge rounds line up with the others' when it is ready)."""
     torch.set_num_threads(spec.threads)
     if spec.nice:
         os.nice(spec.nice)
@@ -248,12 +251,17 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave) -> N
             run.log("resumed", step=trainer.step)
         elif spec.start_from_merged:
             merged = Path(spec.run_path) / "merge" / "merged.pt"
+            join_step = max(spec.join_step, int(join.value) if join is not None else 0)
             if merged.exists():
                 trainer.agent.model.load_state_dict(
                     load_state(merged, trainer.agent.device)["model"]
                 )
-                trainer.start_at(spec.join_step)
+                trainer.start_at(join_step)
                 run.log("started_from_merged", step=trainer.step)
+            elif join_step > 0:
+                # Restarted before any merge: fresh weights, but in step with the others.
+                trainer.start_at(join_step)
+                run.log("started_fresh", step=trainer.step)
         hooks = WorkerHooks(spec, trainer, snapshot, pause, stop, checkpoint, leave)
         trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
         summary = trainer.run()
