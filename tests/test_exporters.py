@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -18,6 +19,16 @@ from workers.rundir import RunDir
 from workers.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """In-process runs on one torch thread: on a shared 2-core machine two threads can make an
+    update tens of times slower (issue 12), and these tests check logs, not speed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def tiny(steps: int, **overrides):
