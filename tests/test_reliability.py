@@ -8,6 +8,8 @@ import signal
 from test_run import events, tiny, wait_until
 
 import workers.run
+from viewer.model import RunModel
+from workers.knobs import KnobStore
 from workers.run import Run, RunSettings
 
 
@@ -80,3 +82,96 @@ def test_worker_that_keeps_dying_is_left_out_for_good(tmp_path):
         assert run.progress()[0]["alive"], "the survivor goes on"
     finally:
         run.stop()
+
+
+def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path):
+    # The run starts with merge_every 50 but runs with 100 (knob version 1). Knob record and
+    # history both damaged: only the workers' checkpoints know 100 (before, a resumed worker
+    # took 2500 from the code and stopped merging).
+    run = Run.create(tmp_path / "run", tiny(200), RunSettings(workers=2, merge_every=50))
+    assert run.set_knobs(merge_every=100, horizon=2) == 1
+    run.start()
+    run.wait()
+    assert {m["round"] for m in events(run, "merge", 0)} == {1, 2}
+    (run.path / "knobs.json").write_text("{not json")
+    (run.path / "knobs.jsonl").write_text("garbage\n")
+
+    resumed = Run.resume(run.path, steps=400)
+    resumed.start()
+    resumed.wait()
+    resumed_at = events(resumed, "resumed", 0)[0]["time"]
+    later = [m for m in events(resumed, "merge", 0) if m["time"] > resumed_at]
+    assert sorted(m["round"] for m in later) == [3, 4]  # every 100 steps: 300, 400
+    assert all(m["participants"] == [0, 1] for m in later)
+    for worker in (0, 1):
+        refused = events(resumed, "knobs_refused", worker)
+        assert len(refused) == 1, refused
+        assert refused[0]["in_force"]["merge_every"] == 100
+        assert refused[0]["in_force"]["horizon"] == 2
+        assert "knob record unreadable" in refused[0]["message"]
+    told = [n for n in resumed.notices() if "knob record" in n]
+    assert len(told) == 1 and "merge_every=100" in told[0], told  # once, not per worker
+    # Setting a knob writes a good record again, from the values in force (the workers').
+    assert resumed.knob_values() == (1, {**refused[0]["in_force"]})
+    assert resumed.set_knobs(horizon=3) == 2
+    assert resumed.knobs.read() == (2, {**refused[0]["in_force"], "horizon": 3})
+
+
+def test_knob_store_falls_back_to_the_newest_good_version(tmp_path):
+    cfg = tiny(10)
+    store = KnobStore(tmp_path)
+    store.initialise(cfg, merge_every=100)
+    store.set(cfg, merge_every=300)
+    store.set(cfg, horizon=4)
+    assert store.last_good(cfg) == (2, store.read()[1])
+    # A value the agent refuses (hand-edited), then an unreadable file: the history holds.
+    good = store.read()[1]
+    (tmp_path / "knobs.json").write_text(
+        json.dumps({"version": 3, "values": {**good, "horizon": 99}})
+    )
+    assert store.last_good(cfg)[1] == good
+    (tmp_path / "knobs.json").write_text("")
+    assert store.last_good(cfg) == (2, good)
+    with open(tmp_path / "knobs.jsonl", "a") as f:
+        f.write('{"version": 3, "changes": {"hori')  # a torn last line
+    assert store.last_good(cfg) == (2, good)
+    assert store.set(cfg, num_samples=32) == 3
+    assert store.read()[1] == {**good, "num_samples": 32}
+
+
+def test_window_shows_a_refused_knob_record_on_the_knob_panel():
+    model = RunModel(2)
+    in_force = {"horizon": 5, "merge_every": 100}
+    applied = dict(kind="knobs_applied", step=0, time=1.0, version=2, values=in_force)
+    refused = dict(
+        kind="knobs_refused",
+        step=10,
+        time=2.0,
+        version=3,
+        knob="horizon",
+        value=99,
+        in_force=in_force,
+        in_force_version=2,
+        message="knob record version 3 refused: horizon must be in [1, 16], got 99; "
+        "horizon stays 5",
+    )
+    model.ingest([{**applied, "worker": 0}, {**applied, "worker": 1}])
+    model.ingest([{**refused, "worker": 0}, {**refused, "worker": 1}])
+    progress = [{"worker": 0}, {"worker": 1}]
+    rows = {r.name: r for r in model.knob_rows({"horizon": 99, "merge_every": 100}, progress)}
+    assert rows["horizon"].error == "refused 99; 5 stays"
+    assert rows["horizon"].applied_text == "refused 99; 5 stays"
+    assert rows["merge_every"].error is None and rows["merge_every"].applied_text == "now 100"
+    assert model.error_count == 1 and "horizon stays 5" in model.errors[-1]  # told once
+    # An unreadable record: every other knob says the last good values stay.
+    unreadable = {**refused, "version": None, "knob": None, "value": None, "worker": 0}
+    model.ingest([unreadable])
+    rows = {r.name: r for r in model.knob_rows({"horizon": 5, "merge_every": 100}, progress)}
+    assert "last good values stay" in rows["merge_every"].applied_text
+    assert rows["horizon"].error == "refused 99; 5 stays"
+    # A newer good version applied clears the errors.
+    model.ingest([{**applied, "version": 4, "worker": 0}])
+    assert all(r.error is None for r in model.knob_rows({"horizon": 5}, progress))
+    # A crash the run recorded reaches the status line and Log tab.
+    model.ingest([dict(kind="crashed", worker=1, step=5, time=3.0, message="worker 1 died")])
+    assert model.errors[-1] == "worker 1 died"

@@ -121,10 +121,7 @@ def test_bad_run_input(tmp_path):
         Run.create(tmp_path / "a", tiny(10, task="walker-fly"), RunSettings())
     with pytest.raises(UserError, match="not a multi-worker run"):
         Run.resume(tmp_path / "nothing-here")
-    run = Run.create(tmp_path / "b", tiny(10), RunSettings(workers=1))
-    (run.path / "knobs.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="corrupt"):
-        Run.resume(run.path)
+    # A damaged knob record no longer stops a resume: tests/test_reliability.py
 
 
 def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):

@@ -609,7 +609,7 @@ class App:
             new = row.applied_text
             if text != new:
                 dpg.set_value(f"knob_applied_{row.name}", new)
-                style = "warning" if row.pending else "muted"
+                style = "danger" if row.error else "warning" if row.pending else "muted"
                 dpg.bind_item_theme(f"knob_applied_{row.name}", self._themes[style])
 
     def _apply_workers(self, view: View) -> None:

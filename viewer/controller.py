@@ -285,7 +285,7 @@ class Controller:
             return
         progress = run.progress()
         in_run = [p for p in progress if p["state"] != "removed"]
-        version, requested = run.knobs.read()
+        version, requested = run.knob_values()  # damaged: the last good values
         merges, knob_marks, _ = model.marks(o.wall_axis)
         self.view = View(
             **base,

@@ -31,6 +31,7 @@ class KnobRow:
     label: str
     requested: float
     applied: list[float | None]  # per worker: the value it runs with now (None: not known yet)
+    error: str | None = None  # a knob record the workers refused: what, and what stays
 
     @property
     def pending(self) -> bool:
@@ -38,6 +39,8 @@ class KnobRow:
 
     @property
     def applied_text(self) -> str:
+        if self.error:
+            return self.error
         known = sorted({v for v in self.applied if v is not None})
         if not known:
             return "waiting"
@@ -66,8 +69,11 @@ class RunModel:
     start_time: float | None = None
     events_seen: int = 0
     error_count: int = 0  # errors ever seen (`errors` keeps the newest 200)
+    # Refused knob records: knob (None: the whole record unreadable) -> (version, text).
+    knob_errors: dict = field(default_factory=dict)
     _merge_rounds: set = field(default_factory=set)
     _knob_versions: set = field(default_factory=set)
+    _told: set = field(default_factory=set)
 
     def ingest(self, events: list[dict]) -> None:
         for event in events:
@@ -106,6 +112,9 @@ class RunModel:
             self.left_out[worker] = e.get("reason", "left out")
         elif kind == "knobs_applied":
             self.applied[worker] = {"version": e["version"], **e["values"]}
+            for knob, (version, _) in list(self.knob_errors.items()):
+                if e["version"] > version:  # a good record replaced it
+                    del self.knob_errors[knob]
             if e["version"] > 0 and e["version"] not in self._knob_versions:
                 self._knob_versions.add(e["version"])
                 self.knob_marks.append((step, wall, f"knobs v{e['version']}"))
@@ -113,6 +122,22 @@ class RunModel:
             source = "showcase" if worker == "player" else f"worker {worker}"
             self.errors.append(f"{source}: {e.get('message', 'error')}")
             self.error_count += 1
+        elif kind == "knobs_refused":
+            knob, in_force = e.get("knob"), e.get("in_force") or {}
+            if knob in in_force:
+                text = f"refused {e.get('value')!r}; {_number(in_force[knob])} stays"
+            else:
+                text = "record unreadable; the last good values stay"
+            # Cleared by a newer version applied (unreadable: newer than the one in force).
+            version = e.get("version")
+            self.knob_errors[knob] = (
+                e.get("in_force_version", -1) if version is None else version,
+                text,
+            )
+            if e.get("message") not in self._told:  # every worker refuses it: say it once
+                self._told.add(e.get("message"))
+                self.errors.append(f"worker {worker}: {e.get('message')}")
+                self.error_count += 1
         elif kind == "crashed":  # written by the run: says why, and whether it restarts
             self.errors.append(str(e.get("message", f"worker {worker} crashed")))
             self.error_count += 1
@@ -195,7 +220,8 @@ class RunModel:
             if name not in requested:
                 continue
             applied = [self.applied.get(p["worker"], {}).get(name) for p in progress]
-            rows.append(KnobRow(name, label, requested[name], applied))
+            error = self.knob_errors.get(name, self.knob_errors.get(None, (None, None)))[1]
+            rows.append(KnobRow(name, label, requested[name], applied, error))
         return rows
 
     def startup(self, progress: list[dict], cfg_seed_steps: int) -> tuple[float, str] | None:

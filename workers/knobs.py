@@ -43,7 +43,7 @@ class KnobStore:
         self.path = Path(run_path) / KNOBS
         self.history = Path(run_path) / HISTORY
         self.lock = FileLock(str(self.path) + ".lock", timeout=10)
-        self._seen_mtime: float | None = None
+        self._seen: tuple[int, int] | None = None
 
     def initialise(self, cfg: Config, merge_every: int) -> None:
         if self.path.exists():
@@ -67,10 +67,49 @@ class KnobStore:
                 f"the knob record {self.path} is missing or corrupt ({err})"
             ) from None
 
-    def set(self, cfg: Config, **changes: object) -> int:
-        """Validate and write a new version; on error nothing is written. Returns the version."""
+    def history_values(self) -> tuple[int, dict] | None:
+        """The newest version in knobs.jsonl (every version there was validated before it was
+        written), or None; damaged lines are skipped."""
+        try:
+            lines = self.history.read_bytes().splitlines()
+        except OSError:
+            return None
+        version, values = None, {}
+        for line in lines:
+            try:
+                record = json.loads(line)
+                number, changes = int(record["version"]), dict(record["changes"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            values.update(changes)
+            version = number
+        return None if version is None else (version, values)
+
+    def last_good(self, cfg: Config) -> tuple[int, dict] | None:
+        """The newest valid knob values: knobs.json if it reads and validates, else the newest
+        version of the history (the run's own values, never a code default), else None."""
+        for source in (self.read, self.history_values):
+            try:
+                found = source()
+                if found is not None:
+                    return found[0], validate_knobs(cfg, found[1])
+            except ConfigError:
+                continue
+        return None
+
+    def set(self, cfg: Config, in_force: tuple[int, dict] | None = None, **changes: object) -> int:
+        """Validate and write a new version; on error nothing is written. Returns the version.
+        A damaged or refused record is replaced, from the last good values (`in_force`, the
+        values the workers run with, when the history is unreadable too)."""
         with self.lock:
-            version, values = self.read()
+            good = self.last_good(cfg) or in_force
+            if good is None:
+                raise ConfigError(f"the knob record {self.path} and its history are unreadable")
+            version, values = good
+            try:
+                version = max(version, self.read()[0])
+            except ConfigError:
+                pass
             unknown = sorted(set(changes) - set(values))
             if unknown:
                 raise ConfigError(f"unknown knob(s): {', '.join(unknown)}")
@@ -79,18 +118,20 @@ class KnobStore:
             return version + 1
 
     def poll(self, seen_version: int) -> tuple[int, dict] | None:
-        """The newest record if it is newer than seen_version, else None (cheap when unchanged)."""
+        """The newest record if it is newer than seen_version, else None (cheap when unchanged).
+        An unreadable record is a ConfigError, once per change of the file (it is replaced
+        atomically, so a reader never sees half of one: this is damage)."""
         try:
-            mtime = self.path.stat().st_mtime
+            stat = self.path.stat()
         except OSError:
             return None
-        if mtime == self._seen_mtime:
+        # Each write is a new file (atomic replace): its inode tells even two writes apart
+        # that the file system's clock gives the same time.
+        seen = (stat.st_ino, stat.st_mtime_ns)
+        if seen == self._seen:
             return None
-        try:
-            version, values = self.read()
-        except ConfigError:
-            return None  # caught mid-replace or damaged: the last good values stay in force
-        self._seen_mtime = mtime
+        self._seen = seen
+        version, values = self.read()
         return (version, values) if version > seen_version else None
 
 

@@ -137,9 +137,9 @@ class _Seen:
         if (when := number("time")) is not None:
             self.heartbeat = max(self.heartbeat, when)
         # A worker logs its checkpoint after its stop record; anything else means it runs again.
-        if kind not in ("stop", "checkpoint", "error"):
+        if kind not in ("stop", "checkpoint", "error", "knobs_refused"):
             self.ended = None
-        if kind not in ("pause", "checkpoint", "knobs_applied", "error"):
+        if kind not in ("pause", "checkpoint", "knobs_applied", "error", "knobs_refused"):
             self.paused = False
         if kind == "episode" and (ret := number("ret")) is not None:
             self.last_return = ret
@@ -183,25 +183,39 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _last_error(path: Path, since: float) -> str | None:
-    """The message of the newest "error" record in a worker's metrics file written after
-    `since` (a time.time()), or None."""
+def _tail_records(path: Path, size: int = 262_144) -> list[dict]:
+    """The complete records in the last `size` bytes of a metrics file (damaged lines and
+    a torn first or last line skipped)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 65536))  # the tail is enough: errors come last
+            f.seek(max(0, f.seek(0, 2) - size))
             lines = f.read().splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
+        return []
+    records = []
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(record, dict) or record.get("time", 0) < since:
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _last_error(path: Path, since: float) -> str | None:
+    """The message of the newest "error" record in a worker's metrics file written after
+    `since` (a time.time()), or None."""
+    for record in reversed(_tail_records(path, 65536)):  # errors come last
+        if not _is_number(record.get("time")) or record["time"] < since:
             return None
         if record.get("kind") == "error":
             return str(record.get("message", "")).splitlines()[0][:300] or None
     return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _read_record(path: Path) -> tuple[Config, RunSettings]:
@@ -248,6 +262,8 @@ class Run:
         self._rejoin: set[int] = set()  # restarted: back in the merges once past "starting"
         self._notices: deque[tuple[str, bool]] = deque(maxlen=1000)
         self._monitor: threading.Thread | None = None
+        self._scanned: dict[int, int] = {}  # bytes of each worker's records the monitor read
+        self._refusals_told: set = set()
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = self._ctx.Event(), self._ctx.Event()
@@ -355,7 +371,8 @@ class Run:
             cfg = dataclasses.replace(cfg, steps=steps)
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
-        run.knobs.read()  # a damaged knob record is an error now, not in every worker
+        # A damaged knob record is no reason to stop: the workers keep the last good values
+        # (their checkpoints', the record's history) and say so (knobs_refused records).
         write_members(path, settings.merging)  # runs from before members.json have none
         return run
 
@@ -365,9 +382,7 @@ class Run:
         showcase work; pause, stop, checkpoint and restarts stay with that process."""
         path = Path(path)
         cfg, settings = _read_record(path)
-        run = cls(path, cfg, settings, resumed=True, attached=True)
-        run.knobs.read()
-        return run
+        return cls(path, cfg, settings, resumed=True, attached=True)
 
     # processes ---------------------------------------------------------------------
     def _spec(
@@ -390,6 +405,7 @@ class Run:
             nice=self._worker_nice,
             tensorboard=s.tensorboard,
             wandb=s.wandb,
+            merge_every=int(self.knob_values()[1]["merge_every"]),
         )
 
     def _spawn(self, spec: WorkerSpec) -> None:
@@ -414,6 +430,9 @@ class Run:
         self._owned_only()
         self._worker_nice = nice
         self.requests.skip_old()  # asked of an earlier owner: not for this one
+        for index in range(self.settings.workers):  # tell only of what happens from now on
+            path = self.path / metrics_name(index)
+            self._scanned[index] = path.stat().st_size if path.exists() else 0
         for index in self.settings.active:
             self._spawn(self._spec(index, resume=self.resumed))
         self._monitor = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
@@ -458,7 +477,7 @@ class Run:
         if not merged_file(self.path).exists():
             raise UserError(
                 "a new worker starts from the merged weights and there are none yet: add it "
-                f"after the first merge (every {self.knobs.read()[1]['merge_every']} steps)"
+                f"after the first merge (every {self.knob_values()[1]['merge_every']} steps)"
             )
         if self._attached:
             self._ask_owner("add_worker")
@@ -592,9 +611,37 @@ class Run:
             self._frames = None
 
     # control -----------------------------------------------------------------------
+    def knob_values(self) -> tuple[int, dict]:
+        """(version, values) of the knobs in force: the knob record, or if it is damaged the
+        newest good version of its history, else what the workers last recorded applying,
+        else the run's own starting values."""
+        good = self.knobs.last_good(self.cfg)
+        return good if good is not None else self._applied_values()
+
+    def _applied_values(self) -> tuple[int, dict]:
+        """The newest knob values a worker recorded running with (knobs_applied, or the values
+        in force when it refused a record), else the run's starting values."""
+        best = (-1, {**knobs_of(self.cfg), "merge_every": self.settings.merge_every})
+        for index in self.settings.active:
+            for record in reversed(_tail_records(self.path / metrics_name(index))):
+                if record.get("kind") == "knobs_applied":
+                    found = (record.get("version"), record.get("values"))
+                elif record.get("kind") == "knobs_refused":
+                    found = (record.get("in_force_version"), record.get("in_force"))
+                else:
+                    continue
+                if _is_int(found[0]) and isinstance(found[1], dict) and found[0] > best[0]:
+                    try:
+                        best = (found[0], validate_knobs(self.cfg, found[1]))
+                    except ConfigError:
+                        pass
+                break
+        return best
+
     def set_knobs(self, **changes: object) -> int:
-        """Validate and publish new knob values; returns the new version (error: unchanged)."""
-        return self.knobs.set(self.cfg, **changes)
+        """Validate and publish new knob values; returns the new version (error: unchanged).
+        A damaged knob record is replaced, from the values in force."""
+        return self.knobs.set(self.cfg, in_force=self._applied_values(), **changes)
 
     # Attached, each of these asks the process that owns the run (see serve_requests).
     def pause(self) -> None:
@@ -741,8 +788,34 @@ class Run:
                 self._note(f"error: run monitor: {type(err).__name__}: {err}")
                 time.sleep(1.0)
 
+    def _scan_records(self) -> None:
+        """Notices of what the workers recorded that the user must hear of even without a
+        window (a refused knob record: once, however many workers refused it)."""
+        for index in range(self.settings.workers):
+            path = self.path / metrics_name(index)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._scanned.get(index, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1
+            self._scanned[index] = self._scanned.get(index, 0) + end
+            for line in data[:end].splitlines():
+                if b'"knobs_refused"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                    key = (record.get("version"), record.get("reason"))
+                except (ValueError, AttributeError):
+                    continue
+                if key not in self._refusals_told:
+                    self._refusals_told.add(key)
+                    self._note(str(record.get("message")), in_record=True)
+
     def _check(self) -> None:
         with self._lock:
+            self._scan_records()
             for index, p in list(self._procs.items()):
                 if not p.handled and not p.process.is_alive():
                     p.handled = True

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from agent.config import Config
+from agent.config import Config, knobs_of
 from agent.errors import ConfigError
 from workers.exporters import attach_exporters
-from workers.knobs import KnobStore, agent_knobs
+from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, is_finite
 from workers.rundir import RunDir, load_state, save_state
 from workers.trainer import StopTraining, Trainer
@@ -68,6 +68,7 @@ class WorkerSpec:
     nice: int = 0  # CPU priority below the process that started it (a window: see Run.start)
     tensorboard: bool = True  # mirror the metrics into tb/worker-K/ (workers/exporters.py)
     wandb: bool = False
+    merge_every: int = 2500  # the run's (RunSettings), used until a knob record says otherwise
 
 
 def metrics_name(index: int) -> str:
@@ -82,15 +83,26 @@ class WorkerHooks:
     """Called by the trainer after every agent step."""
 
     def __init__(
-        self, spec: WorkerSpec, trainer: Trainer, snapshot, pause, stop, checkpoint, leave
+        self,
+        spec: WorkerSpec,
+        trainer: Trainer,
+        snapshot,
+        pause,
+        stop,
+        checkpoint,
+        leave,
+        start_knobs: tuple[int, int] | None = None,
     ):
+        """`start_knobs`: (knob version, merge_every) this worker last applied, from its
+        checkpoint."""
         self.spec, self.trainer = spec, trainer
         self.snapshot, self.pause_event, self.checkpoint_event = snapshot, pause, checkpoint
         self.stop_events = (stop, leave)  # the whole run stops, or this worker leaves it
         self.parent = os.getppid()
         self.knobs = KnobStore(spec.run_path)
-        self.knob_version = -1
-        self.merge_every = 2500
+        # The run's own values, never a code default: those this worker applied last (its
+        # checkpoint), else the run's; the newest good knob record goes over them below.
+        self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
         self.backend = (
             FileMergeBackend(spec.run_path, list(spec.merge_with), spec.merge_timeout_s)
             if spec.merge_with
@@ -100,23 +112,67 @@ class WorkerHooks:
         self.merges = 0
         self.last_phase_record = -math.inf
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
+        good = self.knobs.last_good(trainer.agent.cfg)  # knobs.json, or its history if damaged
+        if good is not None and good[0] > self.knob_version:
+            self._apply(*good)
         self.apply_knobs()
 
     def set(self, **values: float) -> None:
         for name, value in values.items():
             self.snapshot[SNAPSHOT_FIELDS.index(name)] = value
 
+    def in_force(self) -> dict:
+        """The knob values this worker runs with now."""
+        return {**agent_knobs(knobs_of(self.trainer.agent.cfg)), "merge_every": self.merge_every}
+
     def apply_knobs(self) -> None:
-        newest = self.knobs.poll(self.knob_version)
+        try:
+            newest = self.knobs.poll(self.knob_version)
+        except ConfigError as err:  # unreadable: reported once (until the file changes)
+            self._refused(None, str(err), None)
+            return
         if newest is None:
             return
         version, values = newest
         try:
-            self.trainer.agent.set_knobs(**agent_knobs(values))
-        except ConfigError as err:  # validated when written; a damaged record is reported
-            self.trainer._log("error", message=f"knob version {version} refused: {err}")
+            # Validated when written; a damaged or hand-edited record is refused, reported.
+            values = validate_knobs(self.trainer.agent.cfg, values)
+        except ConfigError as err:
+            knob = next(
+                (k for k in sorted(values, key=len, reverse=True) if str(err).startswith(k)), None
+            )
+            self._refused(version, str(err), knob, values.get(knob))
             self.knob_version = version
             return
+        self._apply(version, values)
+
+    def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
+        """Record a knob record this worker does not apply: the values in force stay."""
+        in_force = self.in_force()
+        if knob in in_force:
+            stays = f"{knob} stays {in_force[knob]}"
+        else:
+            stays = "the last good values stay: " + ", ".join(
+                f"{k}={v}" for k, v in in_force.items()
+            )
+        what = (
+            f"knob record version {version} refused"
+            if version is not None
+            else "knob record unreadable"
+        )
+        self.trainer._log(
+            "knobs_refused",
+            version=version,
+            knob=knob,
+            value=value,
+            reason=reason,
+            in_force=in_force,
+            in_force_version=self.knob_version,
+            message=f"{what}: {reason}; {stays}",
+        )
+
+    def _apply(self, version: int, values: dict) -> None:
+        self.trainer.agent.set_knobs(**agent_knobs(values))
         merge_every = int(values.get("merge_every", self.merge_every))
         if merge_every != self.merge_every:
             # Rounds are counted in the new unit from here on, the same way by every worker.
@@ -163,7 +219,9 @@ class WorkerHooks:
     def checkpoint(self) -> None:
         path = checkpoint_path(self.spec.run_path, self.spec.index)
         path.parent.mkdir(exist_ok=True)
-        save_state(path, {**self.trainer.state_dict(), "knob_version": self.knob_version})
+        state = self.trainer.state_dict()  # its "knobs": the agent's values in force
+        state.update(knob_version=self.knob_version, merge_every=self.merge_every)
+        save_state(path, state)
         self.trainer._log("checkpoint", path=str(path))
 
     def _stopping(self) -> bool:
@@ -246,8 +304,12 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
             run, cfg, tensorboard=spec.tensorboard, wandb=spec.wandb, worker=spec.index
         )
         ckpt = checkpoint_path(spec.run_path, spec.index)
+        start_knobs = None
         if spec.resume and ckpt.exists():
-            trainer.load_state_dict(load_state(ckpt, trainer.agent.device))
+            state = load_state(ckpt, trainer.agent.device)
+            trainer.load_state_dict(state)
+            if "merge_every" in state:  # older checkpoints kept no merge frequency
+                start_knobs = (int(state.get("knob_version", -1)), int(state["merge_every"]))
             run.log("resumed", step=trainer.step)
         elif spec.start_from_merged:
             merged = Path(spec.run_path) / "merge" / "merged.pt"
@@ -262,7 +324,9 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
                 # Restarted before any merge: fresh weights, but in step with the others.
                 trainer.start_at(join_step)
                 run.log("started_fresh", step=trainer.step)
-        hooks = WorkerHooks(spec, trainer, snapshot, pause, stop, checkpoint, leave)
+        hooks = WorkerHooks(
+            spec, trainer, snapshot, pause, stop, checkpoint, leave, start_knobs=start_knobs
+        )
         trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
         summary = trainer.run()
         hooks.checkpoint()
