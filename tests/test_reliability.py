@@ -5,12 +5,16 @@ import json
 import os
 import signal
 
+import pytest
 from test_run import events, tiny, wait_until
 
 import workers.run
+from agent.errors import WeightsError
 from viewer.model import RunModel
 from workers.knobs import KnobStore
 from workers.run import Run, RunSettings
+from workers.rundir import load_checkpoint, load_state, previous_path, save_checkpoint
+from workers.worker import checkpoint_path
 
 
 def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, monkeypatch):
@@ -175,3 +179,40 @@ def test_window_shows_a_refused_knob_record_on_the_knob_panel():
     # A crash the run recorded reaches the status line and Log tab.
     model.ingest([dict(kind="crashed", worker=1, step=5, time=3.0, message="worker 1 died")])
     assert model.errors[-1] == "worker 1 died"
+
+
+def test_checkpoint_keeps_the_previous_until_the_new_one_is_complete(tmp_path):
+    path = tmp_path / "worker-0.pt"
+    save_checkpoint(path, {"step": 100})
+    save_checkpoint(path, {"step": 200})
+    assert load_state(previous_path(path))["step"] == 100
+    assert load_checkpoint(path) == ({"step": 200}, path, "")
+    path.write_bytes(path.read_bytes()[:40])  # torn: a crash while it was copied
+    state, used, why = load_checkpoint(path)
+    assert state["step"] == 100 and used == previous_path(path) and "corrupt" in why
+    path.unlink()
+    assert load_checkpoint(path)[0]["step"] == 100
+    previous_path(path).write_bytes(b"")
+    with pytest.raises(WeightsError, match="no complete checkpoint"):
+        load_checkpoint(path)
+
+
+def test_resume_from_a_truncated_checkpoint_uses_the_previous_one(tmp_path):
+    settings = RunSettings(workers=1, checkpoint_every=150)
+    run = Run.create(tmp_path / "run", tiny(200), settings)
+    run.start()
+    run.wait()
+    ckpt = checkpoint_path(run.path, 0)
+    assert load_state(ckpt)["step"] == 200 and load_state(previous_path(ckpt))["step"] == 150
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+
+    resumed = Run.resume(run.path, steps=300)
+    resumed.start()
+    resumed.wait()
+    record = events(resumed, "resumed", 0)[-1]
+    assert record["step"] == 150 and record["checkpoint"] == "worker-0.prev.pt"
+    assert "worker-0.pt" in record["fallback"] and "at step 150" in record["fallback"]
+    assert events(resumed, "stop", 0)[-1]["step"] == 300
+    told = [n for n in resumed.notices() if "previous checkpoint" in n]
+    assert len(told) == 1 and told[0].startswith("warning: worker 0:"), told
+    assert load_state(ckpt)["step"] == 300  # complete again

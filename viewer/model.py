@@ -138,6 +138,9 @@ class RunModel:
                 self._told.add(e.get("message"))
                 self.errors.append(f"worker {worker}: {e.get('message')}")
                 self.error_count += 1
+        elif kind == "resumed" and e.get("fallback"):  # a damaged checkpoint passed over
+            self.errors.append(f"warning: {e['fallback']}")
+            self.error_count += 1
         elif kind == "crashed":  # written by the run: says why, and whether it restarts
             self.errors.append(str(e.get("message", f"worker {worker} crashed")))
             self.error_count += 1

@@ -790,7 +790,8 @@ class Run:
 
     def _scan_records(self) -> None:
         """Notices of what the workers recorded that the user must hear of even without a
-        window (a refused knob record: once, however many workers refused it)."""
+        window: a refused knob record (once, however many workers refused it), the step each
+        worker resumed from (and a damaged checkpoint passed over)."""
         for index in range(self.settings.workers):
             path = self.path / metrics_name(index)
             try:
@@ -802,6 +803,8 @@ class Run:
             end = data.rfind(b"\n") + 1
             self._scanned[index] = self._scanned.get(index, 0) + end
             for line in data[:end].splitlines():
+                if b'"resumed"' in line:
+                    self._resumed(index, line)
                 if b'"knobs_refused"' not in line:
                     continue
                 try:
@@ -812,6 +815,20 @@ class Run:
                 if key not in self._refusals_told:
                     self._refusals_told.add(key)
                     self._note(str(record.get("message")), in_record=True)
+
+    def _resumed(self, index: int, line: bytes) -> None:
+        try:
+            record = json.loads(line)
+            step, fallback = record["step"], record.get("fallback")
+        except (ValueError, KeyError, TypeError):
+            return
+        if record.get("kind") != "resumed":
+            return
+        if fallback:  # also a record the window shows as an error
+            self._note(f"warning: {fallback}", in_record=True)
+        else:
+            where = record.get("checkpoint", "its checkpoint")
+            self._note(f"worker {index} resumed from step {step} ({where})")
 
     def _check(self) -> None:
         with self._lock:

@@ -45,6 +45,51 @@ def save_state(path: Path, state: dict) -> None:
     atomic_write_bytes(Path(path), buffer.getvalue())
 
 
+def previous_path(path: str | Path) -> Path:
+    """Where save_checkpoint keeps the previous complete version: NAME.prev.pt."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def save_checkpoint(path: str | Path, state: dict) -> None:
+    """save_state that keeps the previous complete file (previous_path) until the new one is
+    complete: a crash at any point leaves at least one whole checkpoint."""
+    path = Path(path)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            os.replace(path, previous_path(path))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():  # a failed write leaves no temporary file behind
+            tmp.unlink()
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[dict, Path, str]:
+    """The newest complete checkpoint: `path`, or if it is missing or damaged (a crash while it
+    was copied, a truncated file) the previous one. Returns (state, the file used, why the
+    newer one was passed over or ""); WeightsError if neither is readable."""
+    path = Path(path)
+    problems = []
+    for candidate in (path, previous_path(path)):
+        if not candidate.exists():
+            problems.append(f"{candidate.name} is missing")
+            continue
+        try:
+            state = load_state(candidate, device)
+        except WeightsError as err:
+            problems.append(str(err))
+            continue
+        return state, candidate, "; ".join(problems)
+    raise WeightsError("no complete checkpoint: " + "; ".join(problems))
+
+
 def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     """Load a file written by save_state; a missing or corrupt file is a WeightsError."""
     path = Path(path)

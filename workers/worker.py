@@ -22,7 +22,7 @@ from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, is_finite
-from workers.rundir import RunDir, load_state, save_state
+from workers.rundir import RunDir, load_checkpoint, load_state, previous_path, save_checkpoint
 from workers.trainer import StopTraining, Trainer
 
 # Layout of a worker's shared snapshot (multiprocessing.Array of doubles).
@@ -221,7 +221,7 @@ class WorkerHooks:
         path.parent.mkdir(exist_ok=True)
         state = self.trainer.state_dict()  # its "knobs": the agent's values in force
         state.update(knob_version=self.knob_version, merge_every=self.merge_every)
-        save_state(path, state)
+        save_checkpoint(path, state)  # the previous one stays until this one is complete
         self.trainer._log("checkpoint", path=str(path))
 
     def _stopping(self) -> bool:
@@ -305,12 +305,19 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
         )
         ckpt = checkpoint_path(spec.run_path, spec.index)
         start_knobs = None
-        if spec.resume and ckpt.exists():
-            state = load_state(ckpt, trainer.agent.device)
+        if spec.resume and (ckpt.exists() or previous_path(ckpt).exists()):
+            # The newest complete checkpoint: a damaged one falls back to the previous.
+            state, used, passed_over = load_checkpoint(ckpt, trainer.agent.device)
             trainer.load_state_dict(state)
             if "merge_every" in state:  # older checkpoints kept no merge frequency
                 start_knobs = (int(state.get("knob_version", -1)), int(state["merge_every"]))
-            run.log("resumed", step=trainer.step)
+            fallback = None
+            if passed_over:
+                fallback = (
+                    f"worker {spec.index}: {passed_over}; resumed from the previous checkpoint "
+                    f"{used.name} at step {trainer.step}"
+                )
+            run.log("resumed", step=trainer.step, checkpoint=used.name, fallback=fallback)
         elif spec.start_from_merged:
             merged = Path(spec.run_path) / "merge" / "merged.pt"
             join_step = max(spec.join_step, int(join.value) if join is not None else 0)
