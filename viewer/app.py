@@ -411,7 +411,13 @@ class App:
         self.build()
         if self.open_first is not None:
             self.controller.open(self.open_first)
-        previous = signal.signal(signal.SIGTERM, lambda *_: self._quit())
+        # Ctrl+C and SIGTERM close the window as its close button does: the loop ends at the
+        # next tick and the caller stops the run (checkpoints); no KeyboardInterrupt lands in
+        # the middle of a frame.
+        previous = {
+            sig: signal.signal(sig, lambda *_: self._quit())
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         start = last = next_due = time.perf_counter()
         self._ui_map_written = False
         frames = 0
@@ -446,10 +452,11 @@ class App:
                 time.sleep(max(0.0, next_due - time.perf_counter()))
                 if self.max_seconds is not None and time.perf_counter() - start > self.max_seconds:
                     break
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # a handler of the caller's own raised it
             pass
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         stats = self._stats(time.perf_counter() - start, frames)
         if self.recorder is not None:
             self._toggle_record()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import signal
 import sys
 
 from viewer.runs import initial_run
 from workers.cli import build_parser
 from workers.presets import UserError
+from workers.threads import WINDOW_THREADS, apply_threads, check_threads, choose_threads
 
 
 def check_display() -> None:
@@ -35,20 +37,33 @@ def check_display() -> None:
         x11.XCloseDisplay(connection)
 
 
+def _already_stopping(signum: int, frame: object) -> None:
+    print("already stopping: the workers are writing their checkpoints", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_threads(args.threads)
         make_run = initial_run(args)  # bad flags fail here, before anything is written
         check_display()
         run = make_run()  # creates the run directory (or reads the one to resume/attach)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # nothing started yet
+        print("interrupted", file=sys.stderr)
+        return 130
+    # This process draws and reads records; the workers it starts set their own threads.
+    apply_threads(WINDOW_THREADS)
     # Imported only now: Dear PyGui is not needed to report bad input.
     from viewer.app import FRAME_H, FRAME_W, App
     from viewer.controller import Controller
 
     print(f"opening the window; run directory {run.path}", file=sys.stderr)
+    if not run.attached:
+        threads = run.settings.threads_per_worker or None
+        print(choose_threads(len(run.settings.active), threads).describe(), file=sys.stderr)
     controller = Controller((FRAME_H, FRAME_W))
     try:
         stats = App(controller, open_first=lambda: run).run()
@@ -56,7 +71,12 @@ def main(argv: list[str]) -> int:
             f"window closed after {stats['seconds']:.0f} s at {stats['fps']:.0f} fps",
             file=sys.stderr,
         )
+    except KeyboardInterrupt:  # Ctrl+C while the window was still being built
+        pass
     finally:  # whatever ended the window, the workers stop cleanly and write checkpoints
+        # A second Ctrl+C (or a SIGTERM) must not cut the checkpoints short.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _already_stopping)
         attached = controller.view.attached  # (the run shown last, maybe not the first)
         if attached:
             print("letting go of the attached run: its workers are not ours", file=sys.stderr)

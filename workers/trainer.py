@@ -35,8 +35,44 @@ class _Episode:
     rewards: list[float] = field(default_factory=list)
 
 
-def evaluate(agent: TDMPC2, cfg: Config, episodes: int, seed: int) -> list[float]:
-    """Returns of `episodes` deterministic episodes (planner mean, no exploration noise)."""
+def first_update_step(cfg: Config) -> int | None:
+    """The agent step of the first update of a fresh run (None: never). Updates begin after
+    the seed steps, once the buffer holds a whole episode longer than the horizon (the tasks
+    here end on time, so each env's first episode ends after episode_length steps)."""
+    if cfg.episode_length < cfg.horizon:
+        return None
+    n = cfg.num_envs
+    ready = max(cfg.resolved_seed_steps, n * cfg.episode_length)
+    return -(-ready // n) * n  # steps advance by num_envs
+
+
+def steps_warning(cfg: Config) -> str | None:
+    """A warning line when `cfg.steps` ends before the first update, else None."""
+    first = first_update_step(cfg)
+    if first is None:
+        return (
+            f"warning: episodes of {cfg.episode_length} steps are shorter than the horizon "
+            f"({cfg.horizon}): the agent will never update"
+        )
+    if -(-cfg.steps // cfg.num_envs) * cfg.num_envs >= first:
+        return None
+    return (
+        f"warning: {cfg.steps} steps end before the first update, at step {first} (after the "
+        f"{cfg.resolved_seed_steps} seed steps, once a whole {cfg.episode_length}-step episode "
+        "is in the buffer): the agent will not learn; raise --steps or lower --seed-steps"
+    )
+
+
+def evaluate(
+    agent: TDMPC2,
+    cfg: Config,
+    episodes: int,
+    seed: int,
+    on_step: Callable[[int], None] | None = None,
+) -> list[float]:
+    """Returns of `episodes` evaluation episodes (a drawn elite, no exploration noise).
+    `on_step(j)` is called after every env step and episode end, j episodes done (an
+    evaluation of a big model on a CPU takes minutes: the progress display follows it)."""
     env = make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length)
     returns = []
     try:
@@ -48,7 +84,11 @@ def evaluate(agent: TDMPC2, cfg: Config, episodes: int, seed: int) -> list[float
                 obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
                 total += reward
                 done, t0 = terminated or truncated, False
+                if on_step is not None and not done:
+                    on_step(i)
             returns.append(total)
+            if on_step is not None:
+                on_step(i + 1)
     finally:
         env.close()
     return returns
@@ -95,6 +135,9 @@ class Trainer:
             seed=cfg.seed,
         )
         self.progress = Progress(cfg.steps, enabled=progress)
+        self._pretrain_total = cfg.resolved_seed_steps
+        # Called after every evaluation step (a worker stops or pauses there too).
+        self.eval_hook: Callable[[Trainer], None] | None = None
         self.log_every_s = log_every_s
         self.step = 0
         self.updates = 0
@@ -148,21 +191,31 @@ class Trainer:
             self.run_dir.log(kind, step=self.step, **fields)
 
     def _evaluate(self) -> None:
-        returns = evaluate(self.agent, self.cfg, self.cfg.eval_episodes, self.cfg.seed + 10_000)
+        episodes, before = self.cfg.eval_episodes, self.progress.phase_name
+
+        def on_step(done: int) -> None:
+            self.progress.phase("evaluating", done, episodes)
+            self.progress.show()
+            if self.eval_hook is not None:
+                self.eval_hook(self)
+
+        on_step(0)
+        returns = evaluate(self.agent, self.cfg, episodes, self.cfg.seed + 10_000, on_step)
         mean = float(np.mean(returns))
         self.eval_returns.append((self.step, mean))
         self._log("eval", ret=mean, returns=[round(r, 3) for r in returns])
         self.progress.set(eval_return=mean)
+        self.progress.phase(before)
 
-    def _update(self, count: int, phase: str) -> None:
+    def _update(self, count: int) -> None:
         info = None
-        for i in range(count):
+        for _ in range(count):
             info = self.agent.update(self.buffer.sample())
             self.updates += 1
             if not self.pretrained:
                 self.pretrain_updates += 1
-            if count > 1 and i % 50 == 0:
-                self.progress.show(self.step, phase=f"{phase} {i}/{count}")
+                self.progress.phase("pretraining", self.pretrain_updates, self._pretrain_total)
+                self.progress.show()
             if self.update_hook is not None:
                 self.update_hook(self)
         if info is not None and time.monotonic() - self._last_train_log > self.log_every_s:
@@ -191,11 +244,14 @@ class Trainer:
         except (KeyboardInterrupt, StopTraining):
             interrupted = True
         finally:
-            self.progress.close()
             if self.run_dir is not None:
+                self.progress.phase("saving")
+                self.progress.show(force=True)
                 save_state(self.run_dir.weights_path, self.agent.state_dict())
                 self._log("stop", reason="interrupted" if interrupted else "done")
                 self.run_dir.close()
+            self.progress.phase("stopped" if interrupted else "done")
+            self.progress.close()
             self.env.close()
         return {
             "steps": self.step,
@@ -233,7 +289,6 @@ class Trainer:
                 else:
                     ep.obs.append(obs[i])
             t0 = torch.from_numpy(done)
-            self.progress.show(self.step)
             if self.step >= seed_steps and self.buffer.can_sample():
                 if not self.pretrained:
                     self._pretrain(seed_steps)
@@ -241,9 +296,11 @@ class Trainer:
                     self.update_credit += n / self.agent.cfg.steps_per_update
                     count = int(self.update_credit)
                     self.update_credit -= count
-                    self._update(count, "training")
-            else:
-                self.progress.set(phase="seeding")
+                    self._update(count)
+            # Until the first update: random seed steps, or (weights from elsewhere, see
+            # start_at) acting while the buffer fills.
+            self.progress.phase("training" if self.pretrained else "seeding")
+            self.progress.show(self.step)
             if next_eval is not None and self.step >= next_eval:
                 next_eval += cfg.eval_every
                 self._evaluate()
@@ -252,7 +309,10 @@ class Trainer:
 
     def _pretrain(self, seed_steps: int) -> None:
         """As many updates as there were seed steps (those a stop interrupted are not redone)."""
-        self._update(seed_steps - self.pretrain_updates, "pretraining")
+        self._pretrain_total = seed_steps
+        self.progress.phase("pretraining", self.pretrain_updates, seed_steps)
+        self.progress.show(self.step, force=True)
+        self._update(seed_steps - self.pretrain_updates)
         self.pretrained = True
 
     def _finish_episode(self, ep: _Episode, terminated: bool, env_index: int) -> None:
@@ -265,4 +325,4 @@ class Trainer:
         ret = float(sum(ep.rewards))
         self.episode_returns.append(ret)
         self._log("episode", ret=ret, length=len(ep.rewards), env=env_index)
-        self.progress.set(episode_return=ret, phase="training")
+        self.progress.set(episode_return=ret)

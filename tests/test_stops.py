@@ -1,0 +1,287 @@
+"""Stops: SIGTERM ends a run cleanly with exit code 0, Ctrl+C leaves no traceback from any
+process, and a stop reaches a worker that waits for the others in a merge."""
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_run import tiny, wait_until
+
+from workers.merge import FileMergeBackend, MergeStopped
+from workers.run import Run, RunSettings
+from workers.signals import children_ignore_ctrl_c
+from workers.worker import checkpoint_path
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "--task=cartpole-balance",
+    "--model-size=1",
+    "--device=cpu",
+    "--mlp-dim=32",
+    "--enc-dim=16",
+    "--latent-dim=16",
+    "--batch-size=16",
+    "--num-samples=16",
+    "--num-elites=4",
+    "--num-pi-trajs=2",
+    "--iterations=1",
+    "--episode-length=50",
+    "--seed-steps=100",
+    "--eval-episodes=1",
+    "--steps=100000",
+    "--no-tensorboard",
+]
+STARTED: list[subprocess.Popen] = []
+
+
+def default_sigint() -> None:
+    # A test runner started in the background ignores SIGINT, and its children inherit that:
+    # give the program the Ctrl+C a terminal would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(*command: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """A program in its own process group, as a terminal runs it."""
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        list(command),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    STARTED.append(proc)
+    return proc
+
+
+def launch(*args: str) -> subprocess.Popen:
+    return start(sys.executable, str(ROOT / "launch.py"), *args)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_programs():
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def has_record(path: Path, kind: str) -> bool:
+    return path.exists() and f'"kind": "{kind}"' in path.read_text()
+
+
+def spawned_children(pid: int) -> list[int]:
+    """Processes that `pid` started with multiprocessing's spawn (not its resource tracker)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in command:
+            found.append(int(entry))
+    return found
+
+
+def _note_sigint(ignored) -> None:
+    ignored.value = int(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl+C handler (a test runner in the background may ignore SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("thread", ["main", "other"])
+def test_children_start_with_ctrl_c_ignored(thread, python_ctrl_c):
+    ignored = mp.get_context("spawn").Value("i", -1)
+    started = []
+
+    def start() -> None:
+        process = mp.get_context("spawn").Process(target=_note_sigint, args=(ignored,))
+        with children_ignore_ctrl_c():
+            process.start()
+        started.append(process)
+
+    if thread == "main":
+        start()
+    else:  # the window starts its runs from a thread of its own
+        worker = threading.Thread(target=start)
+        worker.start()
+        worker.join()
+    started[0].join(120)
+    assert ignored.value == 1
+    # This process's Ctrl+C is as it was.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
+
+def test_merge_wait_ends_when_a_stop_is_asked_for(tmp_path):
+    backend = FileMergeBackend(tmp_path, [0, 1], timeout_s=3600)  # worker 1 never comes
+    polls = []
+
+    def stop() -> bool:
+        polls.append(1)
+        return len(polls) >= 3  # asked for while the merge already waits
+
+    outcome = {}
+
+    def merge() -> None:
+        try:
+            backend.merge(0, 1, {"w": torch.ones(2)}, step=50)
+        except MergeStopped as err:
+            outcome["stopped"] = str(err)
+
+    backend.stop = stop
+    thread = threading.Thread(target=merge, daemon=True)
+    thread.start()
+    thread.join(60)  # without the stop it would wait an hour
+    assert not thread.is_alive()
+    assert "waiting for workers [1]" in outcome["stopped"] and len(polls) == 3
+    assert not (tmp_path / "merge" / "merged.pt").exists()  # a given-up merge publishes nothing
+
+
+def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
+    settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=3600)
+    run = Run.create(tmp_path / "run", tiny(100_000), settings)
+    run.start()
+    frozen = run.process_ids()["workers"][1]
+    os.kill(frozen, signal.SIGSTOP)  # worker 1 never reaches the merge: worker 0 waits for it
+    stopper = None
+    try:
+        assert wait_until(lambda: run.progress()[0]["state"] == "merging", 300)
+        stopper = threading.Thread(target=run.stop, daemon=True)
+        stopper.start()
+        # Worker 0 ends while worker 1 is still frozen: the stop reached it in the merge.
+        assert wait_until(lambda: not run.progress()[0]["alive"], 60)
+        assert run.progress()[1]["alive"]
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+        if stopper is None:
+            run.stop(timeout=60)
+        else:
+            stopper.join(180)
+    kinds = [r["kind"] for r in records(run.path / "worker-0.jsonl")]
+    assert "merge_stopped" in kinds and "merge" not in kinds
+    assert kinds[-2:] == ["stop", "checkpoint"]
+    assert checkpoint_path(run.path, 0).exists()
+    assert run.progress()[0]["state"] == "stopped"
+
+
+def test_sigterm_stops_a_headless_run_with_exit_code_0(tmp_path):
+    run = tmp_path / "run"
+    proc = launch("--headless", *TINY, "--quiet", "--run-dir", str(run))
+    assert wait_for(lambda: has_record(run / "metrics.jsonl", "train"), 180)
+    proc.send_signal(signal.SIGTERM)  # kill PID, as a service manager or a scheduler does
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and "stopped at step" in stderr
+    saved = records(run / "metrics.jsonl")
+    assert saved[-1]["kind"] == "stop" and saved[-1]["reason"] == "interrupted"
+    assert (run / "weights.pt").stat().st_size > 0
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    def safe() -> bool:
+        try:
+            return predicate()
+        except OSError:
+            return False
+
+    return wait_until(safe, timeout, poll=0.1)
+
+
+def test_ctrl_c_as_workers_start_then_sigterm_leave_no_traceback(tmp_path):
+    run = tmp_path / "run"
+    proc = launch(
+        "--headless", *TINY, "--workers", "2", "--merge-every", "50", "--run-dir", str(run)
+    )
+    # Ctrl+C while the workers still import torch: a child that is interrupted there prints a
+    # traceback unless it ignores SIGINT from its very start.
+    assert wait_for(lambda: len(spawned_children(proc.pid)) == 2, 120)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    for w in (0, 1):
+        assert checkpoint_path(run, w).exists()
+
+    resumed = launch("--headless", "--resume", str(run))
+    assert wait_for(lambda: has_record(run / "worker-1.jsonl", "resumed"), 180)
+    resumed.send_signal(signal.SIGTERM)
+    _, stderr = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, stderr
+    assert "Traceback" not in stderr and "--resume" in stderr, stderr
+
+
+PLAYER_SCRIPT = """
+import sys, time
+sys.path.insert(0, {root!r})
+from agent.config import make_config
+from workers.run import Run, RunSettings
+
+cfg = make_config(1, task="cartpole-balance", device="cpu", mlp_dim=32, enc_dim=16,
+    latent_dim=16, batch_size=16, num_samples=16, num_elites=4, num_pi_trajs=2, iterations=1,
+    episode_length=50, seed_steps=100, steps=100000)
+run = Run.create({path!r}, cfg, RunSettings(workers=1, merge_every=50))
+try:
+    run.start()
+    run.start_player(height=48, width=64, realtime=False)
+    while run.read_frame() is None:
+        time.sleep(0.05)
+    print("playing", flush=True)
+    while True:
+        time.sleep(0.1)
+except KeyboardInterrupt:
+    run.stop(timeout=120)
+    print("stopped", flush=True)
+"""
+
+
+def test_ctrl_c_leaves_no_traceback_from_the_showcase_player(tmp_path):
+    # The window's process does what this script does: Ctrl+C reaches its whole group.
+    script = PLAYER_SCRIPT.format(root=str(ROOT), path=str(tmp_path / "run"))
+    proc = start(sys.executable, "-c", textwrap.dedent(script), stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "playing"
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert "stopped" in stdout, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+
+
+def test_bad_threads_get_one_line(tmp_path):
+    for bad in ("0", str(os.cpu_count() + 1), str(len(os.sched_getaffinity(0)) + 1)):
+        proc = launch("--headless", *TINY, "--threads", bad, "--run-dir", str(tmp_path / "r"))
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 2
+        assert stderr.strip().splitlines() == [
+            f"error: --threads must be between 1 and {len(os.sched_getaffinity(0))} (the cores "
+            f"this process may use), got {bad}"
+        ]
+        assert not (tmp_path / "r").exists()
