@@ -9,11 +9,13 @@ import pytest
 from test_run import events, tiny, wait_until
 
 import workers.run
-from agent.errors import WeightsError
+from agent.errors import UserError, WeightsError
 from viewer.model import RunModel
+from workers.cli import main
 from workers.knobs import KnobStore
+from workers.requests import RequestLog
 from workers.run import Run, RunSettings
-from workers.rundir import load_checkpoint, load_state, previous_path, save_checkpoint
+from workers.rundir import RunDir, load_checkpoint, load_state, previous_path, save_checkpoint
 from workers.worker import checkpoint_path
 
 
@@ -216,3 +218,72 @@ def test_resume_from_a_truncated_checkpoint_uses_the_previous_one(tmp_path):
     told = [n for n in resumed.notices() if "previous checkpoint" in n]
     assert len(told) == 1 and told[0].startswith("warning: worker 0:"), told
     assert load_state(ckpt)["step"] == 300  # complete again
+
+
+def _lines(path):
+    return path.read_bytes().splitlines()
+
+
+def test_damaged_metrics_lines_are_skipped_with_a_warning(tmp_path, capsys):
+    run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=1))
+    log = run.path / "worker-0.jsonl"
+    good = [json.dumps({"kind": "episode", "time": 1.0, "step": s, "ret": 1.0}) for s in (50, 100)]
+    log.write_text(f"{good[0]}\nnot json at all\n[1, 2]\n{good[1]}\n" + '{"kind": "epi')
+    watcher = Run.attach(run.path)
+    assert [e["step"] for e in watcher.new_events()] == [50, 100]
+    assert watcher.notices() == [
+        f"warning: {log}: 2 damaged lines (torn, or not a JSON object) skipped"
+    ]
+    # A resumed worker's writer ends the torn line first: its records stay whole.
+    writer = RunDir(run.path, metrics="worker-0.jsonl")
+    writer.log("episode", step=150, ret=2.0)
+    writer.close()
+    assert [e["step"] for e in watcher.new_events()] == [150]
+    assert "1 damaged line " in watcher.notices()[0]
+    assert len(writer.read_metrics("episode")) == 3
+    assert "3 damaged lines" in capsys.readouterr().err
+    # The window's model skips a record of the wrong shape, and says so.
+    model = RunModel(1)
+    bad = {"kind": "episode", "worker": 0, "step": "x", "ret": 1}
+    model.ingest([bad, {**json.loads(good[1]), "worker": 0}])
+    assert len(model.returns[0]) == 1 and "1 malformed record(s) skipped" in model.errors[-1]
+
+
+def test_a_torn_request_line_loses_no_later_request(tmp_path):
+    log = RequestLog(tmp_path)
+    log.path.write_text('{"action": "pau')
+    log.send("checkpoint")
+    assert [r["action"] for r in log.receive()] == ["checkpoint"] and log.skipped == 1
+
+
+def test_damaged_run_records_are_one_clear_error_naming_the_file(tmp_path, capsys):
+    run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=2, merge_every=300))
+    for index in (0, 1):
+        (run.path / f"worker-{index}.jsonl").write_text("")
+    settings = (run.path / "run.json").read_text()
+    (run.path / "run.json").write_text(settings[:20])
+    with pytest.raises(UserError, match="run.json is damaged") as err:
+        Run.resume(run.path)
+    assert """echo '{"workers": 2, "merge_every": 300}' >""" in str(err.value)
+    assert main(["--headless", "--resume", str(run.path)]) == 2
+    out = capsys.readouterr().err.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("error: ") and "run.json is damaged" in out[0]
+    with pytest.raises(UserError, match="run.json is damaged"):
+        Run.attach(run.path)
+    (run.path / "run.json").write_text(settings)
+    config = run.path / "config.json"
+    config.write_text(config.read_text().replace('"horizon": 3', '"horizon": "three"'))
+    with pytest.raises(UserError, match="config.json is damaged .*restore it from a backup"):
+        Run.resume(run.path)
+    config.write_text("")
+    with pytest.raises(UserError, match="config.json is damaged \\(not JSON"):
+        Run.resume(run.path)
+
+
+def test_resume_writes_a_damaged_members_record_again(tmp_path):
+    run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=2))
+    members = run.path / "merge" / "members.json"
+    members.write_text('{"work')
+    resumed = Run.resume(run.path)
+    assert json.loads(members.read_text())["workers"] == [0, 1]
+    assert any("members.json was damaged" in n for n in resumed.notices())

@@ -76,8 +76,15 @@ class RunModel:
     _told: set = field(default_factory=set)
 
     def ingest(self, events: list[dict]) -> None:
+        malformed = 0
         for event in events:
-            self._ingest_one(event)
+            try:
+                self._ingest_one(event)
+            except (KeyError, TypeError, ValueError, AttributeError):  # a record of bad shape
+                malformed += 1
+        if malformed:  # the charts go on without them: said once per batch, with how many
+            self.errors.append(f"{malformed} malformed record(s) skipped")
+            self.error_count += 1
         self.events_seen += len(events)
 
     def _ingest_one(self, e: dict) -> None:

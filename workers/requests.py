@@ -15,6 +15,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from workers.rundir import parse_jsonl
+
 REQUESTS = "requests.jsonl"
 ACTIONS = (
     "pause",
@@ -39,14 +41,17 @@ class RequestLog:
         self.path = Path(run_path) / REQUESTS
         self.lock = FileLock(str(self.path) + ".lock", timeout=10)
         self._offset = 0
+        self.skipped = 0  # damaged lines passed over so far
 
     def send(self, action: str, **args: int) -> None:
         """Append one request for the owner (from another process)."""
         if action not in ACTIONS:
             raise ValueError(f"unknown request {action!r}")
         line = json.dumps({"action": action, "time": round(time.time(), 3), **args}) + "\n"
-        with self.lock, open(self.path, "a") as f:
-            f.write(line)
+        with self.lock, open(self.path, "ab+") as f:
+            if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                line = "\n" + line  # a torn line before (a sender died mid-line) stays apart
+            f.write(line.encode())
 
     def skip_old(self) -> None:
         """Serve only requests made from now on (an owner starting the run)."""
@@ -65,12 +70,6 @@ class RequestLog:
             return []
         end = data.rfind(b"\n") + 1  # a line being written waits for the next call
         self._offset += end
-        requests = []
-        for line in data[:end].splitlines():
-            try:
-                request = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(request, dict) and request.get("action") in ACTIONS:
-                requests.append(request)
-        return requests
+        records, skipped = parse_jsonl(data[:end])
+        self.skipped += skipped
+        return [r for r in records if r.get("action") in ACTIONS]

@@ -34,7 +34,7 @@ from agent.envs import resolve_task
 from agent.errors import ConfigError, UserError
 from workers.exporters import require_wandb
 from workers.knobs import KnobStore, validate_knobs
-from workers.merge import merged_step, write_members
+from workers.merge import MEMBERS, merged_step, write_members
 from workers.player import (
     FrameBuffer,
     PlayerSpec,
@@ -44,7 +44,7 @@ from workers.player import (
     task_cameras,
 )
 from workers.requests import RequestLog
-from workers.rundir import RunDir, atomic_write_json
+from workers.rundir import RunDir, atomic_write_json, damaged_lines, parse_jsonl
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
 
 RUN_FILE = "run.json"
@@ -219,17 +219,57 @@ def _is_number(value: object) -> bool:
 
 
 def _read_record(path: Path) -> tuple[Config, RunSettings]:
-    """The config and settings of a multi-worker run directory (UserError if it is not one)."""
+    """The config and settings of a multi-worker run directory (UserError if it is not one, or
+    if either file is damaged: the message names it and says how to repair it)."""
+    config_file, run_file = path / "config.json", path / RUN_FILE
     try:
-        cfg = Config(**json.loads((path / "config.json").read_text())["config"])
-        settings = RunSettings(**json.loads((path / RUN_FILE).read_text()))
+        config, settings = _json_or_none(config_file), _json_or_none(run_file)
     except (FileNotFoundError, NotADirectoryError):
         raise UserError(
             f"{path} is not a multi-worker run directory (no config.json or run.json)"
         ) from None
+    except OSError as err:
+        raise UserError(f"cannot read the run record in {path}: {err}") from None
+    try:
+        cfg = Config(**config["config"])
     except (ValueError, TypeError, KeyError) as err:
-        raise UserError(f"the run record in {path} is damaged ({err})") from None
-    return cfg, settings
+        raise UserError(
+            f"{config_file} is damaged ({_why(err, config_file)}): it holds the run's config, "
+            "kept nowhere else; restore it from a backup (or copy config.json of a run started "
+            "with the same flags)"
+        ) from None
+    try:
+        return cfg, RunSettings(**settings)
+    except (ValueError, TypeError, KeyError) as err:
+        workers = len(list(path.glob("worker-*.jsonl"))) or 2
+        good = KnobStore(path).last_good(cfg)
+        merge_every = good[1]["merge_every"] if good else RunSettings.merge_every
+        example = json.dumps({"workers": workers, "merge_every": merge_every})
+        raise UserError(
+            f"{run_file} is damaged ({_why(err, run_file)}): it holds the run's settings; "
+            f"restore it from a backup, or write its essentials again: echo '{example}' > "
+            f'{run_file} (add "control_worker": true if the run had one; other settings '
+            "take their defaults)"
+        ) from None
+
+
+def _json_or_none(path: Path) -> object:
+    """The JSON value in a file, or None if it is not JSON (OSError if it cannot be read)."""
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError:
+        return None
+
+
+def _why(err: Exception, path: Path) -> str:
+    """What is wrong with a record file, in a few words."""
+    try:
+        json.loads(path.read_bytes())
+    except ValueError as parse_error:
+        return f"not JSON: {parse_error}"
+    except OSError:
+        pass
+    return f"{type(err).__name__}: {err}"
 
 
 class Run:
@@ -311,8 +351,12 @@ class Run:
         """Owner: apply what attached windows asked for since the last call; returns each
         request with "error" (the refusal, or None). A stop is left to the caller, which owns
         the process's lifetime: the command line exits, a window shows the run stopped."""
-        served = []
-        for request in self.requests.receive():
+        served, skipped = [], self.requests.skipped
+        received = self.requests.receive()
+        if self.requests.skipped > skipped:
+            damaged = damaged_lines(self.requests.skipped - skipped)
+            self._note(f"warning: {self.requests.path}: {damaged} skipped")
+        for request in received:
             action, error = request["action"], None
             try:
                 if action in ("restart_worker", "remove_worker"):
@@ -371,6 +415,12 @@ class Run:
             cfg = dataclasses.replace(cfg, steps=steps)
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
+        members = path / "merge" / MEMBERS
+        try:
+            if members.exists():
+                json.loads(members.read_bytes())["workers"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            run._note(f"warning: {members} was damaged ({err}); written again from {RUN_FILE}")
         # A damaged knob record is no reason to stop: the workers keep the last good values
         # (their checkpoints', the record's history) and say so (knobs_refused records).
         write_members(path, settings.merging)  # runs from before members.json have none
@@ -957,11 +1007,11 @@ class Run:
                 data = f.read()
             end = data.rfind(b"\n") + 1  # a line still being written waits for the next call
             self._offsets[name] = self._offsets.get(name, 0) + end
-            for line in data[:end].splitlines():
-                try:
-                    event = {"worker": index, **json.loads(line)}
-                except (json.JSONDecodeError, TypeError):  # TypeError: a line not an object
-                    continue
+            records, skipped = parse_jsonl(data[:end])
+            if skipped:  # never a crash: said, with how many, and read on
+                self._note(f"warning: {self.path / name}: {damaged_lines(skipped)} skipped")
+            for record in records:
+                event = {"worker": index, **record}
                 self._pending.append(event)
                 if index != "player":
                     self._seen[index].see(event)

@@ -108,6 +108,31 @@ def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     return state
 
 
+def parse_jsonl(data: bytes) -> tuple[list[dict], int]:
+    """The JSON objects of JSON-lines `data`, and how many non-empty lines were skipped (a
+    torn line, garbage, a JSON value that is not an object)."""
+    records, skipped = [], 0
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        elif line.strip():
+            skipped += 1
+    return records, skipped
+
+
+def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
+    """parse_jsonl of a whole file (OSError if it cannot be read)."""
+    return parse_jsonl(Path(path).read_bytes())
+
+
+def damaged_lines(count: int) -> str:
+    return f"{count} damaged line{'s' * (count != 1)} (torn, or not a JSON object)"
+
+
 def _clean(value: object) -> object:
     """JSON-safe value: non-finite floats become None, tensors and numpy scalars plain floats."""
     if hasattr(value, "item"):
@@ -161,8 +186,14 @@ class RunDir:
         record = {"kind": kind, "time": round(time.time(), 3)}
         record.update({k: _clean(v) for k, v in fields.items()})
         if self._metrics_fd is None:
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-            self._metrics_fd = os.open(self.path / self.metrics_name, flags, 0o644)
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+            fd = os.open(self.path / self.metrics_name, flags, 0o644)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line (its writer died mid-line): ended here, it stays one damaged
+                # line that readers skip, and the next record is whole.
+                os.write(fd, b"\n")
+            self._metrics_fd = fd
         os.write(self._metrics_fd, (json.dumps(record) + "\n").encode())
         for sink in list(self.sinks):
             try:
@@ -177,19 +208,15 @@ class RunDir:
         return record
 
     def read_metrics(self, kind: str | None = None) -> list[dict]:
-        """All complete metrics records (a torn last line, if any, is skipped)."""
+        """All complete metrics records; damaged lines (torn, not JSON) are skipped, with a
+        warning that says how many."""
         path = self.path / self.metrics_name
         if not path.exists():
             return []
-        records = []
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if kind is None or record.get("kind") == kind:
-                records.append(record)
-        return records
+        records, skipped = read_jsonl(path)
+        if skipped:
+            print(f"warning: {path}: {damaged_lines(skipped)} skipped", file=sys.stderr)
+        return [r for r in records if kind is None or r.get("kind") == kind]
 
     @property
     def weights_path(self) -> Path:
