@@ -287,3 +287,26 @@ def test_resume_writes_a_damaged_members_record_again(tmp_path):
     resumed = Run.resume(run.path)
     assert json.loads(members.read_text())["workers"] == [0, 1]
     assert any("members.json was damaged" in n for n in resumed.notices())
+
+
+def test_a_run_directory_moved_away_mid_run_stops_the_workers(tmp_path):
+    settings = RunSettings(workers=2, merge_every=50)
+    run = Run.create(tmp_path / "run", tiny(100_000), settings)
+    run.start()
+    try:
+        assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 20, timeout=300)
+        moved = tmp_path / "moved"
+        os.rename(run.path, moved)
+        assert wait_until(lambda: not any(w["alive"] for w in run.progress()), timeout=60)
+        made = sorted(str(p) for p in run.path.rglob("*")) if run.path.exists() else None
+        assert made is None, f"a partial run was made where the directory was: {made}"
+        assert [w["state"] for w in run.progress()] == ["stopped", "stopped"]
+        assert [p.process.exitcode for p in run._procs.values()] == [3, 3]
+        assert not run.restarting
+        told = [n for n in run.notices() if "vanished" in n]
+        assert len(told) == 1 and told[0].startswith(f"error: the run directory {run.path}")
+        for worker in (0, 1):  # the records that were written moved with the directory
+            lines = [json.loads(line) for line in _lines(moved / f"worker-{worker}.jsonl")]
+            assert lines[-1]["kind"] == "run_dir_gone" and "vanished" in lines[-1]["message"]
+    finally:
+        run.stop()

@@ -383,10 +383,15 @@ def run_workers(args: argparse.Namespace) -> int:
                     for w in run.progress()
                 )
                 print(line, file=sys.stderr)
+        run.check_run_dir()
+        for line in run.notices():  # what the last moments brought (a vanished directory)
+            print(line, file=sys.stderr)
     except KeyboardInterrupt:
         interrupted = True
         print("stopping: each worker writes a checkpoint...", file=sys.stderr)
         run.stop()
+    if run.gone:  # said above; nothing to continue from where it was
+        return 1
     print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
     return 130 if interrupted else 0
 

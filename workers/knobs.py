@@ -11,11 +11,9 @@ import json
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
 from agent.config import KNOB_RANGES, Config, knobs_of, with_knobs
 from agent.errors import ConfigError
-from workers.rundir import atomic_write_json
+from workers.rundir import DirLock, atomic_write_json
 
 # Knobs of the workers layer (the agent's own are in agent.config.KNOB_RANGES).
 WORKER_KNOB_RANGES: dict[str, tuple[int, int]] = {"merge_every": (1, 10_000_000)}
@@ -42,7 +40,7 @@ class KnobStore:
     def __init__(self, run_path: str | Path):
         self.path = Path(run_path) / KNOBS
         self.history = Path(run_path) / HISTORY
-        self.lock = FileLock(str(self.path) + ".lock", timeout=10)
+        self.lock = DirLock(str(self.path) + ".lock", timeout=10)
         self._seen: tuple[int, int] | None = None
 
     def initialise(self, cfg: Config, merge_every: int) -> None:

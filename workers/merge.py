@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from filelock import FileLock
 
 from agent.errors import WeightsError
-from workers.rundir import atomic_write_json, load_state, save_state
+from workers.rundir import DirLock, atomic_write_json, load_state, save_state
 
 State = dict[str, torch.Tensor]
 
@@ -119,7 +118,7 @@ class FileMergeBackend:
 
     def __init__(self, run_path: str | Path, workers: list[int], timeout_s: float = 30.0):
         self.dir = Path(run_path) / "merge"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(exist_ok=True)  # not parents: a vanished run directory stays gone
         self.workers, self.timeout_s = list(workers), timeout_s
         self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
 
@@ -138,8 +137,8 @@ class FileMergeBackend:
     def _path(self, worker: int) -> Path:
         return self.dir / f"worker-{worker}.pt"
 
-    def _lock(self, path: Path) -> FileLock:
-        return FileLock(str(path) + ".lock", timeout=self.timeout_s)
+    def _lock(self, path: Path) -> DirLock:
+        return DirLock(str(path) + ".lock", timeout=self.timeout_s)
 
     def publish(self, worker: int, round_: int, state: State, step: int | None = None) -> None:
         path = self._path(worker)

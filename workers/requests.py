@@ -13,9 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
-from workers.rundir import parse_jsonl
+from workers.rundir import DirLock, parse_jsonl
 
 REQUESTS = "requests.jsonl"
 ACTIONS = (
@@ -39,7 +37,7 @@ def describe(request: dict) -> str:
 class RequestLog:
     def __init__(self, run_path: str | Path):
         self.path = Path(run_path) / REQUESTS
-        self.lock = FileLock(str(self.path) + ".lock", timeout=10)
+        self.lock = DirLock(str(self.path) + ".lock", timeout=10)
         self._offset = 0
         self.skipped = 0  # damaged lines passed over so far
 

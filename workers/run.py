@@ -45,7 +45,14 @@ from workers.player import (
 )
 from workers.requests import RequestLog
 from workers.rundir import RunDir, atomic_write_json, damaged_lines, parse_jsonl
-from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec, metrics_name, worker_main
+from workers.worker import (
+    SNAPSHOT_FIELDS,
+    STATES,
+    WorkerSpec,
+    dir_identity,
+    metrics_name,
+    worker_main,
+)
 
 RUN_FILE = "run.json"
 DEFAULT_SHARE = 0.07  # showcase CPU budget (cores) when training on the CPU
@@ -303,6 +310,8 @@ class Run:
         self._notices: deque[tuple[str, bool]] = deque(maxlen=1000)
         self._monitor: threading.Thread | None = None
         self._scanned: dict[int, int] = {}  # bytes of each worker's records the monitor read
+        self._dir_id: tuple[int, int] | None = None  # the run directory's, when started
+        self.gone: str | None = None  # why the run stopped: its directory vanished
         self._refusals_told: set = set()
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
@@ -480,6 +489,7 @@ class Run:
         self._owned_only()
         self._worker_nice = nice
         self.requests.skip_old()  # asked of an earlier owner: not for this one
+        self._dir_id = dir_identity(self.path)
         for index in range(self.settings.workers):  # tell only of what happens from now on
             path = self.path / metrics_name(index)
             self._scanned[index] = path.stat().st_size if path.exists() else 0
@@ -880,8 +890,25 @@ class Run:
             where = record.get("checkpoint", "its checkpoint")
             self._note(f"worker {index} resumed from step {step} ({where})")
 
+    def check_run_dir(self) -> str | None:
+        """Owner: once the run directory is deleted or moved, stop the workers (they write
+        nothing more, so no partial run is made where it was) and say so; returns why."""
+        with self._lock:
+            if self.gone is None and self._dir_id is not None:
+                if dir_identity(self.path) != self._dir_id:
+                    self.gone = (
+                        f"the run directory {self.path} vanished (deleted or moved) while the "
+                        "run went on: the workers stopped and wrote nothing elsewhere; if it "
+                        "was moved, continue with --resume NEW_PATH"
+                    )
+                    self._note(f"error: {self.gone}")
+                    self._stop.set()
+            return self.gone
+
     def _check(self) -> None:
         with self._lock:
+            if self.check_run_dir():
+                return
             self._scan_records()
             for index, p in list(self._procs.items()):
                 if not p.handled and not p.process.is_alive():

@@ -7,6 +7,7 @@ line is never half-written by a crash of the writer.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -17,12 +18,31 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from filelock import FileLock
 
 from agent.errors import UserError, WeightsError
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 WEIGHTS = "weights.pt"
+
+
+class DirLock:
+    """A file lock (filelock.FileLock) that never creates its folder: FileLock makes missing
+    parents, which would bring back a run directory deleted or moved away mid-run."""
+
+    def __init__(self, path: str | Path, timeout: float):
+        self.path = Path(path)
+        self._lock = FileLock(str(self.path), timeout=timeout)
+
+    def __enter__(self) -> DirLock:
+        if not self.path.parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, "the folder is gone", str(self.path.parent))
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

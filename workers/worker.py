@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -51,6 +52,22 @@ STATES = (
 
 
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
+DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
+RUN_DIR_GONE = 3  # a worker's exit code when its run directory vanished
+
+
+class RunDirGone(Exception):
+    """The run directory was deleted or moved while the worker ran."""
+
+
+def dir_identity(path: str | Path) -> tuple[int, int] | None:
+    """(device, inode) of a directory, None if it is not there: a directory moved away and
+    another made in its place is told apart."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 @dataclass(frozen=True)
@@ -99,6 +116,7 @@ class WorkerHooks:
         self.snapshot, self.pause_event, self.checkpoint_event = snapshot, pause, checkpoint
         self.stop_events = (stop, leave)  # the whole run stops, or this worker leaves it
         self.parent = os.getppid()
+        self.run_dir_id, self._next_dir_check = dir_identity(spec.run_path), 0.0
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
@@ -247,6 +265,7 @@ class WorkerHooks:
         paused, stopped and checkpointed, and its progress shown."""
         if trainer.pretrained:
             return  # training does few updates per agent step: the step hook is soon enough
+        self.check_run_dir()
         if self.checkpoint_event.is_set():
             self.checkpoint_event.clear()
             self.checkpoint()
@@ -263,7 +282,18 @@ class WorkerHooks:
             self.last_phase_record = now
             self.trainer._log(phase, **fields)
 
+    def check_run_dir(self) -> None:
+        """Stop (RunDirGone) once the run directory was deleted or moved: writing on would
+        recreate a partial run where it was."""
+        now = time.monotonic()
+        if now < self._next_dir_check:
+            return
+        self._next_dir_check = now + DIR_CHECK_S
+        if dir_identity(self.spec.run_path) != self.run_dir_id:
+            raise RunDirGone(self.spec.run_path)
+
     def __call__(self, trainer: Trainer) -> None:
+        self.check_run_dir()
         self.apply_knobs()
         if self.backend is not None and trainer.step // self.merge_every > self.last_round:
             self.merge()
@@ -297,6 +327,15 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
         os.nice(spec.nice)
     run = RunDir(spec.run_path, metrics=metrics_name(spec.index), weights=f"worker-{spec.index}.pt")
     snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("starting")
+    identity = dir_identity(spec.run_path)
+    gone = (
+        f"worker {spec.index} stopped: the run directory {spec.run_path} vanished (deleted or "
+        "moved); nothing more is written, so no partial run is made where it was"
+    )
+    if identity is None:
+        print(gone, file=sys.stderr)
+        snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("stopped")
+        raise SystemExit(RUN_DIR_GONE)
     try:
         cfg = Config(**spec.cfg)
         trainer = Trainer(cfg, run, progress=False, write_config=False)
@@ -340,6 +379,12 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
         final = "stopped" if summary["interrupted"] else "done"
         snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index(final)
     except Exception as err:
+        if dir_identity(spec.run_path) != identity:  # whatever failed, this is the cause
+            if run._metrics_fd is not None:  # the open file moved with the directory
+                run.log("run_dir_gone", message=gone)
+            print(gone, file=sys.stderr)
+            snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("stopped")
+            raise SystemExit(RUN_DIR_GONE) from None
         run.log("error", message=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
         snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("crashed")
         raise SystemExit(1) from None
