@@ -1,21 +1,33 @@
 """Faults a run must survive: a killed worker, damaged knob records, torn checkpoints, corrupt
 records, a vanished run directory, a full disk."""
 
+import contextlib
+import errno
 import json
 import os
 import signal
+import subprocess
+import time
 
 import pytest
 from test_run import events, tiny, wait_until
 
 import workers.run
+import workers.rundir
 from agent.errors import UserError, WeightsError
 from viewer.model import RunModel
 from workers.cli import main
 from workers.knobs import KnobStore
 from workers.requests import RequestLog
 from workers.run import Run, RunSettings
-from workers.rundir import RunDir, load_checkpoint, load_state, previous_path, save_checkpoint
+from workers.rundir import (
+    RunDir,
+    atomic_write_json,
+    load_checkpoint,
+    load_state,
+    previous_path,
+    save_checkpoint,
+)
 from workers.worker import checkpoint_path
 
 
@@ -310,3 +322,89 @@ def test_a_run_directory_moved_away_mid_run_stops_the_workers(tmp_path):
             assert lines[-1]["kind"] == "run_dir_gone" and "vanished" in lines[-1]["message"]
     finally:
         run.stop()
+
+
+def test_a_full_disk_keeps_every_whole_line_and_retries_the_write(tmp_path, monkeypatch):
+    # Injected at the write call: the first two appends are cut short by a full disk.
+    run_dir = RunDir(tmp_path)
+    run_dir.log("episode", step=1, ret=1.0)
+    real_write, failures, waits = os.write, [2], []
+
+    def full_disk_write(fd, data):
+        if failures[0] and len(data) > 1:
+            failures[0] -= 1
+            real_write(fd, data[: len(data) // 2])  # half a line reaches the file
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(workers.rundir.os, "write", full_disk_write)
+    with pytest.raises(OSError, match="No space"):  # nobody waits for space: the error stands
+        run_dir.log("episode", step=2, ret=2.0)
+    run_dir.on_write_error = lambda err, path, size: waits.append((err.errno, path.name, size))
+    run_dir.log("episode", step=3, ret=3.0)
+    run_dir.close()
+    assert waits and waits[0][:2] == (errno.ENOSPC, "metrics.jsonl") and waits[0][2] > 20
+    lines = _lines(tmp_path / "metrics.jsonl")
+    assert [json.loads(line)["step"] for line in lines] == [1, 3]  # no half line left
+    # An atomic write that fails keeps the previous file and leaves no temporary one.
+    save_checkpoint(tmp_path / "w.pt", {"step": 1})
+    monkeypatch.setattr(workers.rundir.os, "replace", _raise_enospc)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path / "w.pt", {"step": 2})
+    with pytest.raises(OSError):
+        atomic_write_json(tmp_path / "knobs.json", {"version": 9})
+    assert load_state(tmp_path / "w.pt") == {"step": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "w.pt"]
+
+
+def _raise_enospc(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 MB file system of its own (a tmpfs: needs root), unmounted after the test."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root (the injected-error test covers this)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_pauses_training_until_space_is_freed(small_disk):
+    settings = RunSettings(workers=1, merge_every=50, checkpoint_every=50, tensorboard=False)
+    run = Run.create(small_disk / "run", tiny(100_000), settings)
+    run.start()
+    try:
+        assert wait_until(lambda: run.progress()[0]["step"] >= 120, timeout=300)
+        ballast = small_disk / "ballast"
+        with open(ballast, "wb") as f:  # fill the disk
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+        assert wait_until(lambda: run.progress()[0]["state"] == "disk full", timeout=120)
+        blocked = run.progress()[0]
+        assert wait_until(lambda: any("paused" in n for n in run.notices()), timeout=10)
+        log = small_disk / "run" / "worker-0.jsonl"
+        before = [json.loads(line) for line in _lines(log)]  # every line whole
+        ckpt = checkpoint_path(run.path, 0)
+        kept = load_checkpoint(ckpt)[0]["step"]  # the newest complete checkpoint stays
+        time.sleep(3)  # still paused: it tried again and failed
+        assert run.progress()[0]["state"] == "disk full"
+        assert run.progress()[0]["step"] == blocked["step"]
+
+        ballast.unlink()  # space again: training goes on by itself
+        assert wait_until(lambda: run.progress()[0]["step"] >= blocked["step"] + 60, timeout=120)
+        assert any("writes again" in n for n in run.notices())
+    finally:
+        run.stop()
+    after = [json.loads(line) for line in _lines(log)]
+    assert after[: len(before)] == before
+    resumed = [r for r in after if r["kind"] == "disk_resumed"]
+    assert len(resumed) == 1 and resumed[0]["paused_s"] >= 3
+    assert load_checkpoint(ckpt)[0]["step"] > kept

@@ -218,7 +218,7 @@ class RunModel:
                     "speed": f"{p.get('steps_per_s', 0.0):.1f}/s",
                     "return": "-" if not _finite(ret) else f"{ret:.1f}",
                     "merges": str(int(p.get("merges", 0))),
-                    "problem": state == "crashed" or w in self.left_out,
+                    "problem": state in ("crashed", "disk full") or w in self.left_out,
                 }
             )
         return rows

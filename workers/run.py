@@ -21,6 +21,7 @@ import math
 import multiprocessing as mp
 import multiprocessing.connection
 import numbers
+import shutil
 import signal
 import threading
 import time
@@ -44,7 +45,7 @@ from workers.player import (
     task_cameras,
 )
 from workers.requests import RequestLog
-from workers.rundir import RunDir, atomic_write_json, damaged_lines, parse_jsonl
+from workers.rundir import RunDir, atomic_write_json, damaged_lines, human_size, parse_jsonl
 from workers.worker import (
     SNAPSHOT_FIELDS,
     STATES,
@@ -128,6 +129,7 @@ class _Seen:
     merges: float = 0.0
     updates: float = 0.0
     heartbeat: float = 0.0  # time of the newest record (the writer's clock, this machine)
+    blocked_bytes: float = 0.0  # an owner's worker waiting for disk space: not in records
     ended: str | None = None  # "done", "stopped" or "crashed" once such a record was seen
     paused: bool = False  # a "pause" record came and no record of training since
     phase: str | None = None  # "seeding", "pretraining" or "training", from the newest records
@@ -219,6 +221,9 @@ def _last_error(path: Path, since: float) -> str | None:
         if record.get("kind") == "error":
             return str(record.get("message", "")).splitlines()[0][:300] or None
     return None
+
+
+_STATE = SNAPSHOT_FIELDS.index("state")
 
 
 def _is_number(value: object) -> bool:
@@ -313,6 +318,7 @@ class Run:
         self._dir_id: tuple[int, int] | None = None  # the run directory's, when started
         self.gone: str | None = None  # why the run stopped: its directory vanished
         self._refusals_told: set = set()
+        self._disk_full: set[int] = set()  # workers told of as paused for want of disk space
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = self._ctx.Event(), self._ctx.Event()
@@ -876,6 +882,29 @@ class Run:
                     self._refusals_told.add(key)
                     self._note(str(record.get("message")), in_record=True)
 
+    def _watch_disk(self) -> None:
+        """Say when a worker pauses because a write failed for want of space, and when it
+        goes on (it tries again by itself: see WorkerHooks.wait_for_disk)."""
+        for index, p in list(self._procs.items()):
+            blocked = p.process.is_alive() and STATES[int(p.snapshot[_STATE])] == "disk full"
+            if blocked and index not in self._disk_full:
+                self._disk_full.add(index)
+                try:
+                    free = shutil.disk_usage(self.path).free
+                except OSError:
+                    free = -1
+                needed = int(p.snapshot[SNAPSHOT_FIELDS.index("blocked_bytes")])
+                self._note(
+                    f"error: worker {index} paused: a write in {self.path} failed for want of "
+                    f"space (free: {human_size(free)}; it needs about {human_size(needed)}): "
+                    "free some space and training resumes by itself; every file written "
+                    "before stays whole"
+                )
+            elif not blocked and index in self._disk_full:
+                self._disk_full.discard(index)
+                if p.process.is_alive():
+                    self._note(f"worker {index} writes again: training resumed")
+
     def _resumed(self, index: int, line: bytes) -> None:
         try:
             record = json.loads(line)
@@ -910,6 +939,7 @@ class Run:
             if self.check_run_dir():
                 return
             self._scan_records()
+            self._watch_disk()
             for index, p in list(self._procs.items()):
                 if not p.handled and not p.process.is_alive():
                     p.handled = True

@@ -7,6 +7,7 @@ line is never half-written by a crash of the writer.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -14,14 +15,16 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 from filelock import FileLock
 
 from agent.errors import UserError, WeightsError
 
+T = TypeVar("T")
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 WEIGHTS = "weights.pt"
@@ -45,13 +48,34 @@ class DirLock:
         self._lock.release()
 
 
+# Write errors of a full or failing disk: a worker waits for space (RunDir.guarded) rather than
+# crash, and every file written before stays whole.
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+def human_size(n: float) -> str:
+    """Bytes as people read them: 812 bytes, 117.2 KB, 3.4 GB ("unknown" when negative)."""
+    if n < 0:
+        return "unknown"
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a failed write leaves no temporary file behind
+            tmp.unlink()
+        raise
 
 
 def atomic_write_json(path: Path, obj: object) -> None:
@@ -71,16 +95,23 @@ def previous_path(path: str | Path) -> Path:
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
-def save_checkpoint(path: str | Path, state: dict) -> None:
-    """save_state that keeps the previous complete file (previous_path) until the new one is
-    complete: a crash at any point leaves at least one whole checkpoint."""
-    path = Path(path)
+def state_bytes(state: dict) -> bytes:
+    """A state dict as save_state writes it."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def save_checkpoint(path: str | Path, state: dict | bytes) -> None:
+    """save_state (of a state dict, or its state_bytes) that keeps the previous complete file
+    (previous_path) until the new one is complete: a crash or a full disk at any point
+    leaves at least one whole checkpoint."""
+    path = Path(path)
+    data = state if isinstance(state, bytes) else state_bytes(state)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         if path.exists():
@@ -178,6 +209,19 @@ class RunDir:
         self.metrics_name, self.weights_name = metrics, weights
         self._metrics_fd: int | None = None
         self.sinks: list[Sink] = []  # get every record after the metrics log has it
+        # Called when a write fails for want of space (DISK_ERRORS) with (error, path, bytes):
+        # it waits (training pauses), or raises to give up; then the write is tried again.
+        self.on_write_error: Callable[[OSError, Path, int], None] | None = None
+
+    def guarded(self, path: str | Path, size: int, write: Callable[[], T]) -> T:
+        """`write()`, tried again after on_write_error while it fails for want of space."""
+        while True:
+            try:
+                return write()
+            except OSError as err:
+                if err.errno not in DISK_ERRORS or self.on_write_error is None:
+                    raise
+                self.on_write_error(err, Path(path), size)
 
     @classmethod
     def create(cls, path: str | Path) -> RunDir:
@@ -205,16 +249,8 @@ class RunDir:
         """Append one metrics record: {"kind", "time", ...fields}."""
         record = {"kind": kind, "time": round(time.time(), 3)}
         record.update({k: _clean(v) for k, v in fields.items()})
-        if self._metrics_fd is None:
-            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-            fd = os.open(self.path / self.metrics_name, flags, 0o644)
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                # A torn last line (its writer died mid-line): ended here, it stays one damaged
-                # line that readers skip, and the next record is whole.
-                os.write(fd, b"\n")
-            self._metrics_fd = fd
-        os.write(self._metrics_fd, (json.dumps(record) + "\n").encode())
+        line = (json.dumps(record) + "\n").encode()
+        self.guarded(self.path / self.metrics_name, len(line), lambda: self._append(line))
         for sink in list(self.sinks):
             try:
                 sink.write(record)
@@ -226,6 +262,27 @@ class RunDir:
                     file=sys.stderr,
                 )
         return record
+
+    def _append(self, line: bytes) -> None:
+        """One whole line at the end of the metrics log, or none: a write cut short (a full
+        disk) is taken back, so that every complete line stays and no half one is left."""
+        if self._metrics_fd is None:
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+            fd = os.open(self.path / self.metrics_name, flags, 0o644)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line (its writer died mid-line): ended here, it stays one damaged
+                # line that readers skip, and the next record is whole.
+                os.write(fd, b"\n")
+            self._metrics_fd = fd
+        before = os.fstat(self._metrics_fd).st_size
+        try:
+            if os.write(self._metrics_fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "No space left on device (short write)")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._metrics_fd, before)
+            raise
 
     def read_metrics(self, kind: str | None = None) -> list[dict]:
         """All complete metrics records; damaged lines (torn, not JSON) are skipped, with a
@@ -249,6 +306,7 @@ class RunDir:
             except Exception as err:
                 print(f"warning: closing {type(sink).__name__}: {err}", file=sys.stderr)
         if self._metrics_fd is not None:
-            os.fsync(self._metrics_fd)
+            with contextlib.suppress(OSError):  # a full disk: what is written stays
+                os.fsync(self._metrics_fd)
             os.close(self._metrics_fd)
             self._metrics_fd = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -23,7 +24,15 @@ from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, is_finite
-from workers.rundir import RunDir, load_checkpoint, load_state, previous_path, save_checkpoint
+from workers.rundir import (
+    RunDir,
+    human_size,
+    load_checkpoint,
+    load_state,
+    previous_path,
+    save_checkpoint,
+    state_bytes,
+)
 from workers.trainer import StopTraining, Trainer
 
 # Layout of a worker's shared snapshot (multiprocessing.Array of doubles).
@@ -36,6 +45,7 @@ SNAPSHOT_FIELDS = (
     "merges",
     "updates",
     "heartbeat",
+    "blocked_bytes",  # while its state is "disk full": the size of the write that failed
 )
 # Appended, never reordered: the snapshot stores a state as its index here.
 STATES = (
@@ -48,16 +58,27 @@ STATES = (
     "crashed",
     "done",
     "pretraining",
+    "disk full",  # a write failed for want of space: training waits until writes succeed
 )
 
 
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
 RUN_DIR_GONE = 3  # a worker's exit code when its run directory vanished
+DISK_RETRY_S = 2.0  # seconds between tries of a write that failed for want of space
 
 
 class RunDirGone(Exception):
     """The run directory was deleted or moved while the worker ran."""
+
+
+def _free_space(path: Path) -> str:
+    for folder in (path, *path.parents):
+        try:
+            return human_size(shutil.disk_usage(folder).free)
+        except OSError:
+            continue
+    return "unknown"
 
 
 def dir_identity(path: str | Path) -> tuple[int, int] | None:
@@ -117,6 +138,8 @@ class WorkerHooks:
         self.stop_events = (stop, leave)  # the whole run stops, or this worker leaves it
         self.parent = os.getppid()
         self.run_dir_id, self._next_dir_check = dir_identity(spec.run_path), 0.0
+        self._disk_paused: tuple[float, OSError, Path] | None = None  # since, error, path
+        trainer.run_dir.on_write_error = self.wait_for_disk
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
@@ -209,12 +232,17 @@ class WorkerHooks:
             # with workers down is: it says who is left out, and that nobody waited).
             state = self._model_state()
             if is_finite(state):
-                self.backend.publish_merged(round_, state, [self.spec.index], t.step)
+                self._guarded(
+                    lambda: self.backend.publish_merged(round_, state, [self.spec.index], t.step)
+                )
             self.last_round = round_
             return
         self.set(state=STATES.index("merging"))
         start = time.perf_counter()
-        result = self.backend.merge(self.spec.index, round_, self._model_state(), step=t.step)
+        state = self._model_state()
+        result = self._guarded(
+            lambda: self.backend.merge(self.spec.index, round_, state, step=t.step)
+        )
         if result is None:
             t._log("merge_skipped", round=round_, reason="own weights are not finite")
         else:
@@ -239,8 +267,49 @@ class WorkerHooks:
         path.parent.mkdir(exist_ok=True)
         state = self.trainer.state_dict()  # its "knobs": the agent's values in force
         state.update(knob_version=self.knob_version, merge_every=self.merge_every)
-        save_checkpoint(path, state)  # the previous one stays until this one is complete
+        data = state_bytes(state)
+        # The previous one stays until this one is complete; a full disk: wait, try again.
+        self.trainer.run_dir.guarded(path, len(data), lambda: save_checkpoint(path, data))
         self.trainer._log("checkpoint", path=str(path))
+
+    def _guarded(self, write):
+        """A merge file write, tried again while the disk is full (see wait_for_disk)."""
+        size = sum(
+            t.numel() * t.element_size() for t in self.trainer.agent.model.state_dict().values()
+        )
+        return self.trainer.run_dir.guarded(self.backend.dir, size, write)
+
+    def wait_for_disk(self, err: OSError, path: Path, size: int) -> None:
+        """RunDir's write-error handler: a write failed for want of space. Training pauses
+        here (every complete file stays as it was) and the write is tried again every
+        DISK_RETRY_S; a stop ends the wait."""
+        if self._disk_paused is None:
+            self._disk_paused = (time.monotonic(), err, path)
+            print(
+                f"worker {self.spec.index}: cannot write {path} ({err.strerror or err}): "
+                f"{_free_space(path)} free, it needs about {human_size(size)}; training paused "
+                "until writes succeed again",
+                file=sys.stderr,
+            )
+        self.set(state=STATES.index("disk full"), blocked_bytes=size, heartbeat=time.time())
+        until = time.monotonic() + DISK_RETRY_S
+        while time.monotonic() < until:
+            if self._stopping() or os.getppid() != self.parent:
+                raise StopTraining
+            time.sleep(0.05)
+
+    def _disk_resumed(self) -> None:
+        """Writes succeed again: say so, in the record too."""
+        since, err, path = self._disk_paused
+        self._disk_paused = None
+        self.set(blocked_bytes=0)
+        paused_s = round(time.monotonic() - since, 1)
+        message = (
+            f"worker {self.spec.index}: writes succeed again; training resumed after "
+            f"{paused_s} s paused (writing {path} had failed: {err.strerror or err})"
+        )
+        print(message, file=sys.stderr)
+        self.trainer._log("disk_resumed", path=str(path), error=str(err), paused_s=paused_s)
 
     def _stopping(self) -> bool:
         return any(event.is_set() for event in self.stop_events)
@@ -266,6 +335,8 @@ class WorkerHooks:
         if trainer.pretrained:
             return  # training does few updates per agent step: the step hook is soon enough
         self.check_run_dir()
+        if self._disk_paused is not None:
+            self._disk_resumed()
         if self.checkpoint_event.is_set():
             self.checkpoint_event.clear()
             self.checkpoint()
@@ -294,6 +365,8 @@ class WorkerHooks:
 
     def __call__(self, trainer: Trainer) -> None:
         self.check_run_dir()
+        if self._disk_paused is not None:
+            self._disk_resumed()
         self.apply_knobs()
         if self.backend is not None and trainer.step // self.merge_every > self.last_round:
             self.merge()
@@ -385,7 +458,12 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
             print(gone, file=sys.stderr)
             snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("stopped")
             raise SystemExit(RUN_DIR_GONE) from None
-        run.log("error", message=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
+        run.on_write_error = None  # no waiting for space now: the error is told, or printed
+        message = f"{type(err).__name__}: {err}"
+        try:
+            run.log("error", message=message, traceback=traceback.format_exc())
+        except OSError as log_err:
+            print(f"worker {spec.index}: {message} (not recorded: {log_err})", file=sys.stderr)
         snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("crashed")
         raise SystemExit(1) from None
     finally:
