@@ -45,6 +45,7 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
         checkpoint_every=args.checkpoint_every,
         tensorboard=not args.no_tensorboard,
         wandb=args.wandb,
+        threads_per_worker=args.threads or 0,  # 0: workers/threads.py decides
     )
     path = args.run_dir or default_run_dir(cfg.task)
     return lambda: Run.create(path, cfg, settings)

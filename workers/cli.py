@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import NoReturn
@@ -17,6 +16,8 @@ from agent.config import MODEL_SIZES, Config, field_docs, make_config
 from agent.envs import resolve_task
 from agent.errors import UserError
 from workers.presets import Preset, preset_config
+from workers.signals import StopSignals
+from workers.threads import apply_threads, check_threads, choose_threads
 
 # Flags with their own handling (not plain Config overrides).
 _SPECIAL = {"model_size", "task", "steps", "seed", "device"}
@@ -218,6 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--load", default=None, metavar="WEIGHTS", help="start from the weights in this file"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads per training process, 1 to the number of cores (default: the cores "
+        "shared out between the workers, one core left free, at most 4 each)",
+    )
     logs = parser.add_argument_group("logs (metrics.jsonl / worker-K.jsonl and eval CSV always)")
     logs.add_argument(
         "--no-tensorboard",
@@ -334,15 +343,23 @@ def default_run_dir(task: str) -> Path:
     return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _raise_keyboard_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
+    """0 for a run that ended or was stopped as asked (SIGTERM, an attached window), 130
+    after Ctrl+C, as shells expect of an interrupted program."""
+    if not interrupted:
+        return 0
+    return stops.exit_code if stops is not None and stops.first is not None else 130
 
 
-def run_workers(args: argparse.Namespace) -> int:
+def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
+    from workers.progress import WorkersProgress
     from workers.run import Run, RunSettings
+    from workers.trainer import steps_warning
 
     if args.resume:
         run = Run.resume(args.resume, steps=args.steps)
+        if args.threads:
+            run.settings = replace(run.settings, threads_per_worker=args.threads)
         if args.max_restarts is not None:
             run.settings = replace(run.settings, max_restarts=args.max_restarts)
     else:
@@ -355,75 +372,80 @@ def run_workers(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             tensorboard=not args.no_tensorboard,
             wandb=args.wandb,
+            threads_per_worker=args.threads or 0,
             max_restarts=3 if args.max_restarts is None else args.max_restarts,
         )
         run = Run.create(args.run_dir or default_run_dir(cfg.task), cfg, settings)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        warning = steps_warning(run.cfg)
+        if warning:
+            print(warning, file=sys.stderr)
+    threads = choose_threads(len(run.settings.active), run.settings.threads_per_worker or None)
     print(
-        f"{run.settings.workers} workers on {run.cfg.task}; run directory {run.path}",
+        f"{run.settings.workers} workers on {run.cfg.task}; run directory {run.path}\n"
+        f"{threads.describe()}",
         file=sys.stderr,
     )
-    run.start()
-    interrupted, ticks = False, 0
+    progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_seed_steps, not args.quiet)
+    interrupted = False
     try:
+        run.start()
         while any(w["alive"] for w in run.progress()) or run.restarting:
             time.sleep(0.5)  # requests from an attached window are served within this
-            if _serve_requests(run):  # a stop asked for is not an interruption: exit code 0
-                print("stopping, as an attached window asked...", file=sys.stderr)
+            if _serve_requests(run, progress.write):  # a stop asked for: exit code 0
+                progress.write("stopping, as an attached window asked...")
                 run.stop()
                 break
             for line in run.notices():  # a worker died, restarts, a knob record refused
-                print(line, file=sys.stderr)
-            ticks += 1
-            if ticks % 4:
-                continue
-            if not args.quiet:
-                line = "  ".join(
-                    f"w{w['worker']} {w['state']} {int(w['step'])} ({w['steps_per_s']:.1f}/s)"
-                    for w in run.progress()
-                )
-                print(line, file=sys.stderr)
+                progress.write(line)
+            progress.update(run.progress())
+        progress.update(run.progress(), force=True)
         run.check_run_dir()
         for line in run.notices():  # what the last moments brought (a vanished directory)
-            print(line, file=sys.stderr)
+            progress.write(line)
     except KeyboardInterrupt:
         interrupted = True
-        print("stopping: each worker writes a checkpoint...", file=sys.stderr)
+        progress.write("stopping: each worker writes a checkpoint...")
         run.stop()
+    finally:
+        progress.close()
     if run.gone:  # said above; nothing to continue from where it was
         return 1
     print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
-    return 130 if interrupted else 0
+    return _exit_code(interrupted, stops)
 
 
-def _serve_requests(run) -> bool:
+def _serve_requests(run, say: Callable[[str], None]) -> bool:
     """Serve an attached window's requests, saying so; True when one asked to stop."""
     stop = False
     from workers.requests import describe
 
     for request in run.serve_requests():
-        print(f"attached window asked: {describe(request)}", file=sys.stderr)
+        say(f"attached window asked: {describe(request)}")
         stop = stop or request["action"] == "stop"
     return stop
 
 
-def run_headless(args: argparse.Namespace) -> int:
+def run_headless(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
     from workers.exporters import attach_exporters, require_wandb
     from workers.rundir import RunDir
-    from workers.trainer import Trainer
+    from workers.trainer import Trainer, steps_warning
 
     cfg = config_from_args(args)
     if args.wandb:
         require_wandb()  # before anything is written
     run_dir = RunDir.create(args.run_dir or default_run_dir(cfg.task))
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    threads = choose_threads(1, args.threads)
+    apply_threads(threads.threads)
     trainer = Trainer(cfg, run_dir, load_weights=args.load, progress=not args.quiet)
     attach_exporters(run_dir, cfg, tensorboard=not args.no_tensorboard, wandb=args.wandb)
     print(
         f"training {cfg.task} ({cfg.model_size}M) on {trainer.agent.device}; "
-        f"run directory {run_dir.path}",
+        f"run directory {run_dir.path}\n{threads.describe()}",
         file=sys.stderr,
     )
+    warning = steps_warning(cfg)
+    if warning:
+        print(warning, file=sys.stderr)
     summary = trainer.run()
     evals = summary["eval_returns"]
     last = f", last eval return {evals[-1][1]:.1f}" if evals else ""
@@ -432,10 +454,11 @@ def run_headless(args: argparse.Namespace) -> int:
         f"{word} at step {summary['steps']}{last}; weights in {run_dir.weights_path}",
         file=sys.stderr,
     )
-    return 130 if summary["interrupted"] else 0
+    return _exit_code(summary["interrupted"], stops)
 
 
 def main(argv: list[str]) -> int:
+    stops = StopSignals()
     try:
         if argv[:1] == ["bench"]:
             from workers.bench import run_bench
@@ -447,12 +470,14 @@ def main(argv: list[str]) -> int:
             raise UserError("the window is opened by launch.py (this entry point is headless)")
         if args.attach:
             raise UserError("--attach watches a run in the window: leave out --headless")
+        check_threads(args.threads)
+        stops.install()  # Ctrl+C and SIGTERM: a clean stop from here on
         if args.workers is not None or args.resume:
-            return run_workers(args)
-        return run_headless(args)
+            return run_workers(args, stops)
+        return run_headless(args, stops)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before training began: nothing to save
         print("interrupted", file=sys.stderr)
-        return 130
+        return _exit_code(True, stops)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -66,6 +67,10 @@ def distance(state: State, reference: State) -> float:
     keys = [k for k, t in state.items() if t.is_floating_point()]
     diffs = torch._foreach_sub([state[k] for k in keys], [reference[k] for k in keys])
     return float(torch.stack(torch._foreach_norm(diffs)).norm())
+
+
+class MergeStopped(Exception):
+    """A merge given up while waiting for the others, because a stop was asked for."""
 
 
 @dataclass
@@ -116,11 +121,20 @@ def merged_step(run_path: str | Path) -> int:
 class FileMergeBackend:
     """Merging through files in the run directory, for workers on one machine."""
 
-    def __init__(self, run_path: str | Path, workers: list[int], timeout_s: float = 30.0):
+    def __init__(
+        self,
+        run_path: str | Path,
+        workers: list[int],
+        timeout_s: float = 30.0,
+        stop: Callable[[], bool] | None = None,
+    ):
+        """`stop`: polled while waiting for the others; once it returns True, merge raises
+        MergeStopped (a stopping worker must not wait out the timeout before its checkpoint)."""
         self.dir = Path(run_path) / "merge"
         self.dir.mkdir(exist_ok=True)  # not parents: a vanished run directory stays gone
         self.workers, self.timeout_s = list(workers), timeout_s
         self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
+        self.stop = stop
 
     def members(self) -> list[int]:
         """The workers taking part now: members.json if the run wrote one, else those given."""
@@ -195,6 +209,8 @@ class FileMergeBackend:
             waiting = [w for w, why in left_out.items() if why.startswith(("behind", "no weights"))]
             if not waiting or time.monotonic() >= deadline:
                 break
+            if self.stop is not None and self.stop():
+                raise MergeStopped(f"stopped while waiting for workers {waiting}")
             time.sleep(0.05)
         left_out.update({w: why for w, why in self.down.items() if w != worker})
         for other, why in left_out.items():

@@ -6,7 +6,8 @@ parallel region waits for the descheduled thread: on a 2-core machine with other
 took 1.8-3.4 s with 2 threads against 43-65 ms with 1. So the cores are shared out between the
 training processes, one core is left for everything else (the window, the showcase, the
 system, other programs) and no process gets more than MAX_USEFUL: the models here are small,
-and more threads than that gain little and only add to the waiting.
+so more threads are expected to gain little and add to the waiting (a judgement: the project's
+machine has 2 cores, and the cap was not measured on a larger one; --threads overrides it).
 """
 
 from __future__ import annotations

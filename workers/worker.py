@@ -17,13 +17,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from agent.config import Config, knobs_of
 from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
-from workers.merge import FileMergeBackend, is_finite
+from workers.merge import FileMergeBackend, MergeStopped, is_finite
 from workers.rundir import (
     RunDir,
     human_size,
@@ -33,6 +31,8 @@ from workers.rundir import (
     save_checkpoint,
     state_bytes,
 )
+from workers.signals import child_signals
+from workers.threads import apply_threads
 from workers.trainer import StopTraining, Trainer
 
 # Layout of a worker's shared snapshot (multiprocessing.Array of doubles).
@@ -129,13 +129,15 @@ class WorkerHooks:
         stop,
         checkpoint,
         leave,
+        terminated=None,
         start_knobs: tuple[int, int] | None = None,
     ):
         """`start_knobs`: (knob version, merge_every) this worker last applied, from its
         checkpoint."""
         self.spec, self.trainer = spec, trainer
         self.snapshot, self.pause_event, self.checkpoint_event = snapshot, pause, checkpoint
-        self.stop_events = (stop, leave)  # the whole run stops, or this worker leaves it
+        # The whole run stops, this worker leaves it, or it was sent SIGTERM itself.
+        self.stop_events = tuple(e for e in (stop, leave, terminated) if e is not None)
         self.parent = os.getppid()
         self.run_dir_id, self._next_dir_check = dir_identity(spec.run_path), 0.0
         self._disk_paused: tuple[float, OSError, Path] | None = None  # since, error, path
@@ -145,7 +147,9 @@ class WorkerHooks:
         # checkpoint), else the run's; the newest good knob record goes over them below.
         self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
         self.backend = (
-            FileMergeBackend(spec.run_path, list(spec.merge_with), spec.merge_timeout_s)
+            FileMergeBackend(
+                spec.run_path, list(spec.merge_with), spec.merge_timeout_s, stop=self._stopping
+            )
             if spec.merge_with
             else None
         )
@@ -239,10 +243,15 @@ class WorkerHooks:
             return
         self.set(state=STATES.index("merging"))
         start = time.perf_counter()
-        state = self._model_state()
-        result = self._guarded(
-            lambda: self.backend.merge(self.spec.index, round_, state, step=t.step)
-        )
+        try:
+            state = self._model_state()
+            result = self._guarded(
+                lambda: self.backend.merge(self.spec.index, round_, state, step=t.step)
+            )
+        except MergeStopped:
+            # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
+            t._log("merge_stopped", round=round_)
+            raise StopTraining from None
         if result is None:
             t._log("merge_skipped", round=round_, reason="own weights are not finite")
         else:
@@ -329,6 +338,12 @@ class WorkerHooks:
         if self._stopping() or os.getppid() != self.parent:
             raise StopTraining
 
+    def during_evaluation(self, trainer: Trainer) -> None:
+        """Called after every evaluation step: an evaluation takes minutes on a CPU, and a
+        stop or pause must not wait for it to end."""
+        self.obey_pause_and_stop()
+        self.set(state=STATES.index("training"), heartbeat=time.time())
+
     def between_updates(self, trainer: Trainer) -> None:
         """Called after every update, so that pretraining (minutes of updates on a CPU) can be
         paused, stopped and checkpointed, and its progress shown."""
@@ -395,7 +410,8 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
     """Entry point of a spawned worker process. `join` (a shared Value, optional): the step to
     count on from when starting from the merged weights, kept current by the run while this
     process starts (so that its merge rounds line up with the others' when it is ready)."""
-    torch.set_num_threads(spec.threads)
+    terminated = child_signals()
+    apply_threads(spec.threads)
     if spec.nice:
         os.nice(spec.nice)
     run = RunDir(spec.run_path, metrics=metrics_name(spec.index), weights=f"worker-{spec.index}.pt")
@@ -444,9 +460,18 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
                 trainer.start_at(join_step)
                 run.log("started_fresh", step=trainer.step)
         hooks = WorkerHooks(
-            spec, trainer, snapshot, pause, stop, checkpoint, leave, start_knobs=start_knobs
+            spec,
+            trainer,
+            snapshot,
+            pause,
+            stop,
+            checkpoint,
+            leave,
+            terminated,
+            start_knobs=start_knobs,
         )
         trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
+        trainer.eval_hook = hooks.during_evaluation
         summary = trainer.run()
         hooks.checkpoint()
         final = "stopped" if summary["interrupted"] else "done"
