@@ -46,6 +46,8 @@ from workers.player import (
 )
 from workers.requests import RequestLog
 from workers.rundir import RunDir, atomic_write_json, damaged_lines, human_size, parse_jsonl
+from workers.signals import children_ignore_ctrl_c
+from workers.threads import choose_threads
 from workers.worker import (
     SNAPSHOT_FIELDS,
     STATES,
@@ -74,7 +76,7 @@ class RunSettings:
     control_worker: bool = False
     checkpoint_every: int = 10_000
     merge_timeout_s: float = 30.0
-    threads_per_worker: int = 1
+    threads_per_worker: int = 0  # torch threads of each worker; 0: workers/threads.py decides
     added: int = 0  # workers added mid-run: the last `added` indices (the control is before them)
     removed: tuple[int, ...] = ()  # workers taken out mid-run: stopped, not merged, not resumed
     tensorboard: bool = True  # event files in tb/worker-K/ (when TensorBoard is installed)
@@ -463,7 +465,7 @@ class Run:
             merge_with=tuple(s.merging) if index in s.merging else (),
             merge_timeout_s=s.merge_timeout_s,
             checkpoint_every=s.checkpoint_every,
-            threads=s.threads_per_worker,
+            threads=choose_threads(len(s.active), s.threads_per_worker or None).threads,
             resume=resume,
             start_from_merged=from_merged,
             join_step=join_step,
@@ -483,7 +485,8 @@ class Run:
             name=f"tdmpc2-worker-{spec.index}",
             daemon=True,
         )
-        process.start()
+        with children_ignore_ctrl_c():  # the run stops its workers itself (checkpoints)
+            process.start()
         with self._lock:
             self._procs[spec.index] = _Process(
                 spec, process, snapshot, leave, checkpoint, join, started=time.time()
@@ -615,7 +618,8 @@ class Run:
             name="tdmpc2-showcase",
             daemon=True,
         )
-        self._player.start()
+        with children_ignore_ctrl_c():
+            self._player.start()
 
     def camera_names(self) -> list[str]:
         """The task's cameras in id order (the ids set_showcase takes); -1, MuJoCo's free
