@@ -275,13 +275,18 @@ def test_ctrl_c_leaves_no_traceback_from_the_showcase_player(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
-def test_bad_threads_get_one_line(tmp_path):
-    for bad in ("0", str(os.cpu_count() + 1), str(len(os.sched_getaffinity(0)) + 1)):
-        proc = launch("--headless", *TINY, "--threads", bad, "--run-dir", str(tmp_path / "r"))
+@pytest.mark.parametrize("window", [False, True])
+def test_bad_threads_get_one_line(tmp_path, window, monkeypatch):
+    # The window checks its flags before it looks for a display (this one does not exist).
+    monkeypatch.setenv("DISPLAY", ":987")
+    cores = len(os.sched_getaffinity(0))
+    mode = [] if window else ["--headless"]
+    for bad in ("0", str(cores + 1)):
+        proc = launch(*mode, *TINY, "--threads", bad, "--run-dir", str(tmp_path / "r"))
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 2
         assert stderr.strip().splitlines() == [
-            f"error: --threads must be between 1 and {len(os.sched_getaffinity(0))} (the cores "
-            f"this process may use), got {bad}"
+            f"error: --threads must be between 1 and {cores} (the cores this process may use), "
+            f"got {bad}"
         ]
         assert not (tmp_path / "r").exists()
