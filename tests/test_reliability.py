@@ -127,7 +127,9 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
         assert refused[0]["in_force"]["merge_every"] == 100
         assert refused[0]["in_force"]["horizon"] == 2
         assert "knob record unreadable" in refused[0]["message"]
-    told = [n for n in resumed.notices() if "knob record" in n]
+    told = resumed.notices()
+    assert f"warning: {run.path / 'knobs.jsonl'}: 1 damaged line" in told[0]  # on resume
+    told = [n for n in told if "knob record" in n]
     assert len(told) == 1 and "merge_every=100" in told[0], told  # once, not per worker
     # Setting a knob writes a good record again, from the values in force (the workers').
     assert resumed.knob_values() == (1, {**refused[0]["in_force"]})

@@ -42,6 +42,7 @@ class KnobStore:
         self.history = Path(run_path) / HISTORY
         self.lock = DirLock(str(self.path) + ".lock", timeout=10)
         self._seen: tuple[int, int] | None = None
+        self.history_skipped = 0  # damaged lines history_values passed over, the last time
 
     def initialise(self, cfg: Config, merge_every: int) -> None:
         if self.path.exists():
@@ -72,12 +73,13 @@ class KnobStore:
             lines = self.history.read_bytes().splitlines()
         except OSError:
             return None
-        version, values = None, {}
+        version, values, self.history_skipped = None, {}, 0
         for line in lines:
             try:
                 record = json.loads(line)
                 number, changes = int(record["version"]), dict(record["changes"])
             except (ValueError, KeyError, TypeError):
+                self.history_skipped += line.strip() != b""
                 continue
             values.update(changes)
             version = number

@@ -432,6 +432,7 @@ class Run:
             cfg = dataclasses.replace(cfg, steps=steps)
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
+        run._check_knob_history()
         members = path / "merge" / MEMBERS
         try:
             if members.exists():
@@ -443,13 +444,21 @@ class Run:
         write_members(path, settings.merging)  # runs from before members.json have none
         return run
 
+    def _check_knob_history(self) -> None:
+        self.knobs.history_values()
+        if self.knobs.history_skipped:
+            damaged = damaged_lines(self.knobs.history_skipped)
+            self._note(f"warning: {self.knobs.history}: {damaged} skipped")
+
     @classmethod
     def attach(cls, path: str | Path) -> Run:
         """A view of a run that another process is running: events, progress, knobs and the
         showcase work; pause, stop, checkpoint and restarts stay with that process."""
         path = Path(path)
         cfg, settings = _read_record(path)
-        return cls(path, cfg, settings, resumed=True, attached=True)
+        run = cls(path, cfg, settings, resumed=True, attached=True)
+        run._check_knob_history()
+        return run
 
     # processes ---------------------------------------------------------------------
     def _spec(
