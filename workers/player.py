@@ -297,7 +297,7 @@ def player_main(
     spec: PlayerSpec, render_paused, stop, controls: ShowcaseControls | None = None
 ) -> None:
     # Ctrl+C is the run's to handle (it stops this process); SIGTERM: end quietly.
-    terminated = child_signals()
+    term_signal = child_signals()
     # The showcase is best effort: below the workers' priority, and within a CPU budget, so it
     # slows down rather than take time from training.
     os.nice(10)
@@ -324,14 +324,14 @@ def player_main(
     pace = Pace(step_seconds)
     episode, last_render = 0, 0.0
     try:
-        while not stop.is_set() and not terminated.is_set() and os.getppid() == parent:
+        while not stop.is_set() and not term_signal.is_set() and os.getppid() == parent:
             # A reset asked for while the last episode was ending is served by this new one.
             controls.reset.clear()
             shown.refresh(controls.source.value)
             obs, _ = env.reset(seed=cfg.seed + episode)
             total, done, t, t0 = 0.0, False, 0, True
             started = next_time = time.monotonic()
-            while not done and not stop.is_set() and not terminated.is_set():
+            while not done and not stop.is_set() and not term_signal.is_set():
                 # A new source ends the episode too, so an episode's return is one policy's.
                 if controls.reset.is_set() or controls.source.value != shown.source:
                     break
