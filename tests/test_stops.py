@@ -252,8 +252,13 @@ cfg = make_config(1, task="cartpole-balance", device="cpu", mlp_dim=32, enc_dim=
 run = Run.create({path!r}, cfg, RunSettings(workers=1, merge_every=50))
 try:
     run.start()
-    run.start_player(height=48, width=64, realtime=False)
-    while run.read_frame() is None:
+    # No CPU budget: the player steps on at once (with one it may sleep through the test).
+    run.start_player(height=48, width=64, realtime=False, cpu_share=0.0)
+    deadline = time.monotonic() + 240
+    while (frame := run.read_frame()) is None or frame[1]["step"] < 5:
+        if not run.process_ids()["player"] or time.monotonic() > deadline:
+            print("the player ended or got stuck", flush=True)
+            raise SystemExit(1)
         time.sleep(0.05)
     print("playing", flush=True)
     while True:
