@@ -30,6 +30,45 @@ def tiny_config(**overrides):
     return make_config(1, **{**base, **overrides})
 
 
+def tiny_run(steps: int, **overrides):
+    """tiny_config with short episodes, for runs of a few hundred agent steps."""
+    base = dict(
+        episode_length=50,
+        seed_steps=100,
+        eval_episodes=1,
+        eval_every=0,
+        steps=steps,
+        mlp_dim=32,
+        enc_dim=16,
+        latent_dim=16,
+        batch_size=16,
+        num_samples=16,
+        num_elites=4,
+        num_pi_trajs=2,
+        iterations=1,
+    )
+    return tiny_config(**{**base, **overrides})
+
+
+# tiny_run's settings as command-line flags, for tests that start launch.py.
+TINY_FLAGS = [
+    "--task=cartpole-balance",
+    "--model-size=1",
+    "--device=cpu",
+    "--mlp-dim=32",
+    "--enc-dim=16",
+    "--latent-dim=16",
+    "--batch-size=16",
+    "--num-samples=16",
+    "--num-elites=4",
+    "--num-pi-trajs=2",
+    "--iterations=1",
+    "--episode-length=50",
+    "--seed-steps=100",
+    "--eval-episodes=1",
+]
+
+
 @pytest.fixture
 def tiny_cfg():
     return tiny_config()

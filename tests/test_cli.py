@@ -9,39 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = [
-    "--task",
-    "cartpole-balance",
-    "--model-size",
-    "1",
-    "--device",
-    "cpu",
-    "--mlp-dim",
-    "32",
-    "--enc-dim",
-    "16",
-    "--latent-dim",
-    "16",
-    "--batch-size",
-    "16",
-    "--num-samples",
-    "16",
-    "--num-elites",
-    "4",
-    "--num-pi-trajs",
-    "2",
-    "--iterations",
-    "1",
-    "--episode-length",
-    "50",
-    "--seed-steps",
-    "100",
-    "--eval-episodes",
-    "1",
-    "--quiet",
-]
+TINY = [*TINY_FLAGS, "--quiet"]
 
 
 def launch(*args, timeout=300, **kwargs):

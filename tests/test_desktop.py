@@ -8,44 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY_FLAGS
 
 from workers import desktop
 
 ROOT = Path(__file__).resolve().parent.parent
 # The tiny run of tests/test_cli.py: every code path in seconds.
-TINY = [
-    "--task",
-    "cartpole-balance",
-    "--model-size",
-    "1",
-    "--device",
-    "cpu",
-    "--mlp-dim",
-    "32",
-    "--enc-dim",
-    "16",
-    "--latent-dim",
-    "16",
-    "--batch-size",
-    "16",
-    "--num-samples",
-    "16",
-    "--num-elites",
-    "4",
-    "--num-pi-trajs",
-    "2",
-    "--iterations",
-    "1",
-    "--episode-length",
-    "50",
-    "--seed-steps",
-    "100",
-    "--eval-episodes",
-    "1",
-    "--steps",
-    "150",
-    "--quiet",
-]
+TINY = [*TINY_FLAGS, "--steps=150", "--quiet"]
 
 
 def user_env(tmp_path: Path) -> dict[str, str]:

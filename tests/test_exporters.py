@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from workers.exporters import attach_exporters, scalars
@@ -32,23 +32,8 @@ def one_thread():
 
 
 def tiny(steps: int, **overrides):
-    """A run of a few hundred agent steps: short episodes, a few updates, small planning."""
-    base = dict(
-        episode_length=50,
-        seed_steps=100,
-        eval_episodes=1,
-        eval_every=100,
-        steps=steps,
-        mlp_dim=32,
-        enc_dim=16,
-        latent_dim=16,
-        batch_size=16,
-        num_samples=16,
-        num_elites=4,
-        num_pi_trajs=2,
-        iterations=1,
-    )
-    return tiny_config(**{**base, **overrides})
+    """tiny_run with an evaluation every 100 steps, so there are eval records to export."""
+    return tiny_run(steps, **{"eval_every": 100, **overrides})
 
 
 def tensorboard_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:

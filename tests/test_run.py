@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from conftest import tiny_config
+from conftest import tiny_run
 
 from agent.errors import ConfigError, UserError
 from workers.run import Run, RunSettings
@@ -16,23 +16,7 @@ from workers.worker import checkpoint_path
 
 
 def tiny(steps: int, **overrides):
-    """conftest's tiny config with short episodes, for runs of a few hundred steps."""
-    base = dict(
-        episode_length=50,
-        seed_steps=100,
-        eval_episodes=1,
-        eval_every=0,
-        steps=steps,
-        mlp_dim=32,
-        enc_dim=16,
-        latent_dim=16,
-        batch_size=16,
-        num_samples=16,
-        num_elites=4,
-        num_pi_trajs=2,
-        iterations=1,
-    )
-    return tiny_config(**{**base, **overrides})
+    return tiny_run(steps, **overrides)
 
 
 def wait_until(predicate, timeout=180.0, poll=0.2):

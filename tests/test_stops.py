@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_FLAGS
 from test_run import tiny, wait_until
 
 from workers.merge import FileMergeBackend, MergeStopped
@@ -22,24 +23,7 @@ from workers.signals import children_ignore_ctrl_c
 from workers.worker import checkpoint_path
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = [
-    "--task=cartpole-balance",
-    "--model-size=1",
-    "--device=cpu",
-    "--mlp-dim=32",
-    "--enc-dim=16",
-    "--latent-dim=16",
-    "--batch-size=16",
-    "--num-samples=16",
-    "--num-elites=4",
-    "--num-pi-trajs=2",
-    "--iterations=1",
-    "--episode-length=50",
-    "--seed-steps=100",
-    "--eval-episodes=1",
-    "--steps=100000",
-    "--no-tensorboard",
-]
+TINY = [*TINY_FLAGS, "--steps=100000", "--no-tensorboard"]
 STARTED: list[subprocess.Popen] = []
 
 

@@ -64,13 +64,17 @@ def human_size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, keep_previous: Path | None = None) -> None:
+    """Write a temporary file, fsync, rename over `path`; with `keep_previous`, the old `path`
+    is first renamed there, so a whole version exists at every moment."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if keep_previous is not None and path.exists():
+            os.replace(path, keep_previous)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):  # a failed write leaves no temporary file behind
@@ -84,9 +88,7 @@ def atomic_write_json(path: Path, obj: object) -> None:
 
 def save_state(path: Path, state: dict) -> None:
     """torch.save a state dict atomically."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    atomic_write_bytes(Path(path), buffer.getvalue())
+    atomic_write_bytes(Path(path), state_bytes(state))
 
 
 def previous_path(path: str | Path) -> Path:
@@ -108,18 +110,7 @@ def save_checkpoint(path: str | Path, state: dict | bytes) -> None:
     leaves at least one whole checkpoint."""
     path = Path(path)
     data = state if isinstance(state, bytes) else state_bytes(state)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            os.replace(path, previous_path(path))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():  # a failed write leaves no temporary file behind
-            tmp.unlink()
+    atomic_write_bytes(path, data, keep_previous=previous_path(path))
 
 
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[dict, Path, str]:
