@@ -11,7 +11,7 @@ import pytest
 
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
-from viewer.series import Series, downsample, published_curve, smooth
+from viewer.series import PUBLISHED, Series, downsample, published_curve, smooth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,7 +52,18 @@ def test_published_curve_is_in_agent_steps():
     steps, returns = published_curve("walker-walk")
     assert steps[0] == 0 and steps[1] == 50_000  # 100k environment steps, action repeat 2
     assert returns[-1] > 800  # walker-walk is solved by the published runs
-    assert published_curve("cartpole-balance") is None
+    assert published_curve("swimmer-swimmer6") is None  # not among the published tasks
+
+
+def test_every_published_task_has_its_reference_curve_shipped():
+    # The reference line shows for each of the 28 tasks the authors report, the demo's
+    # cartpole-balance included.
+    tasks = sorted(p.stem for p in PUBLISHED.glob("*.csv"))
+    assert len(tasks) == 28 and "cartpole-balance" in tasks
+    for task in tasks:
+        steps, returns = published_curve(task)
+        assert steps[0] == 0 and steps[-1] >= 50_000, task
+        assert np.isfinite(returns).all() and len(steps) >= 2, task
 
 
 def events_of_a_run():
