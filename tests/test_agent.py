@@ -136,44 +136,68 @@ def test_episodic_mode_learns_termination(tiny_cfg):
     assert agent.act(torch.randn(OBS), t0=True).abs().max() <= 1
 
 
-def _recording_rollouts(monkeypatch):
-    """Wrap the planner's rollout_value so a test sees every set of sequences it values."""
+def _recording_planner(monkeypatch):
+    """Wrap the planner's rollout and terminal_value so a test sees what each one gets: the
+    action sequences rolled out, and the rollouts given a terminal value."""
     import agent.planner as planner
 
-    calls = []
-    real = planner.rollout_value
+    calls = {"rollout": [], "terminal": []}
+    real_rollout, real_terminal = planner.rollout, planner.terminal_value
 
-    def recording(model, two_hot, z0, actions, gamma):
-        calls.append(actions.clone())
-        return real(model, two_hot, z0, actions, gamma)
+    def rollout(model, two_hot, z0, actions, gamma):
+        calls["rollout"].append(actions.clone())
+        return real_rollout(model, two_hot, z0, actions, gamma)
 
-    monkeypatch.setattr(planner, "rollout_value", recording)
+    def terminal_value(model, two_hot, rolled):
+        calls["terminal"].append(rolled)
+        return real_terminal(model, two_hot, rolled)
+
+    monkeypatch.setattr(planner, "rollout", rollout)
+    monkeypatch.setattr(planner, "terminal_value", terminal_value)
     return calls
 
 
 def test_policy_trajectories_are_valued_again_in_every_iteration(tiny_cfg, monkeypatch):
     # Reference: each MPPI iteration values all num_samples sequences together, the policy
-    # trajectories included (a new terminal policy action and the iteration's Q pair).
+    # trajectories included (a new terminal policy action and the iteration's Q pair). Their
+    # rewards and last latents do not change, so they are rolled out once.
     agent = TDMPC2(tiny_cfg.__class__(**{**tiny_cfg.__dict__, "iterations": 3}), OBS, ACT)
-    calls = _recording_rollouts(monkeypatch)
+    calls = _recording_planner(monkeypatch)
     agent.act(torch.randn(OBS))
     k = agent.plan_knobs()
-    assert [c.shape[2] for c in calls] == [k.num_samples] * k.iterations
-    # The same policy trajectories lead every iteration's set.
-    for c in calls[1:]:
-        assert torch.equal(c[:, :, : k.num_pi_trajs], calls[0][:, :, : k.num_pi_trajs])
+    assert [c.shape[2] for c in calls["rollout"]] == [k.num_pi_trajs] + [
+        k.num_samples - k.num_pi_trajs
+    ] * k.iterations
+    assert [r.z.shape[1] for r in calls["terminal"]] == [k.num_samples] * k.iterations
+    # The same policy trajectories (their last latents) lead every iteration's set.
+    first = calls["terminal"][0].z[:, : k.num_pi_trajs]
+    for rolled in calls["terminal"][1:]:
+        assert torch.equal(rolled.z[:, : k.num_pi_trajs], first)
+    # Valued the same way as all at once: the join does not change a sequence's return.
+    import agent.planner as planner
+
+    z0 = agent.model.encode(torch.randn(1, OBS)).unsqueeze(1)
+    pi, sampled = calls["rollout"][0], calls["rollout"][1]
+    joined = planner.Rollout.join(
+        planner.rollout(agent.model, agent.two_hot, z0, pi, k.gamma),
+        planner.rollout(agent.model, agent.two_hot, z0, sampled, k.gamma),
+    )
+    whole = planner.rollout(agent.model, agent.two_hot, z0, torch.cat([pi, sampled], 2), k.gamma)
+    assert torch.allclose(joined.ret, whole.ret, atol=1e-5)
+    assert torch.allclose(joined.z, whole.z, atol=1e-5)
 
 
 def test_evaluation_acts_with_a_drawn_elite_not_the_plan_mean(tiny_cfg, monkeypatch):
     # Reference: in evaluation too one elite is drawn by its score (Gumbel); only the
     # exploration noise is left out. The mean of the elites is (almost surely) none of them.
     agent = TDMPC2(tiny_cfg, OBS, ACT)
-    calls = _recording_rollouts(monkeypatch)
+    calls = _recording_planner(monkeypatch)
     for seed in range(3):
-        calls.clear()
+        calls["rollout"].clear()
         torch.manual_seed(seed)
         action = agent.act(torch.randn(OBS), t0=True, eval_mode=True)
-        first_actions = calls[-1][0, 0]  # (S, A): step 0 of every sequence of the last iteration
+        # Step 0 of the policy trajectories and of the last iteration's sampled sequences.
+        first_actions = torch.cat([calls["rollout"][0][0, 0], calls["rollout"][-1][0, 0]])
         distance = (first_actions - action).abs().sum(-1).min()
         assert distance < 1e-6, f"eval action is not a candidate's first action ({distance})"
         assert not torch.allclose(action, agent._warm_mean[0, 0], atol=1e-4)
