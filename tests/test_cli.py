@@ -185,9 +185,12 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_written(tmp_path):
 
 
 def test_bench_json_has_the_promised_fields():
-    result = launch("bench", "--json", *TINY[:-1], "--repeats", "2", "--warmup", "1")
+    result = launch(
+        "bench", "--json", *TINY[:-1], "--repeats", "2", "--warmup", "1", "--threads", "1"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
+    assert data["threads"] == 1  # --threads sets the timed process's torch threads
     for key in (
         "update_ms",
         "plan_ms",

@@ -287,6 +287,14 @@ def build_bench_parser() -> argparse.ArgumentParser:
     )
     _add_common(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads of the timed process, 1 to the number of cores (default: torch's, "
+        "one per core: the figures in BENCHMARKS.md are of an otherwise idle machine)",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="timed runs (median is reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs first")
     parser.add_argument("--learning", action="store_true", help="learning curve vs published")
@@ -464,6 +472,9 @@ def main(argv: list[str]) -> int:
             from workers.bench import run_bench
 
             args = build_bench_parser().parse_args(argv[1:])
+            check_threads(args.threads)
+            if args.threads:
+                apply_threads(args.threads)
             return run_bench(args, config_from_args(args))
         args = build_parser().parse_args(argv)
         if not args.headless:
