@@ -1,4 +1,6 @@
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -72,3 +74,44 @@ TINY_FLAGS = [
 @pytest.fixture
 def tiny_cfg():
     return tiny_config()
+
+
+# Programs a test started (launch.py and the like), killed after the test if still running.
+STARTED: list[subprocess.Popen] = []
+
+
+def default_sigint() -> None:
+    # A test runner started in the background (nohup, `&`) ignores SIGINT, and its children
+    # inherit that: give the program the Ctrl+C a terminal would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_program(*command: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """A program in its own process group, as a terminal runs it (stdout=None: inherited)."""
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        list(command),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    STARTED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_programs():
+    """A failed test must not leave a training program running into the next tests."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            proc.wait(timeout=30)

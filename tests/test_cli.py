@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_FLAGS
+from conftest import STARTED, TINY_FLAGS, default_sigint, start_program
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [*TINY_FLAGS, "--quiet"]
@@ -126,29 +126,6 @@ def test_headless_run_writes_run_dir_and_refuses_to_overwrite_it(tmp_path):
     assert_clean_error(missing, "cannot read")
 
 
-STARTED: list[subprocess.Popen] = []
-
-
-def default_sigint() -> None:
-    # A test runner started in the background (nohup, `&`) ignores SIGINT, and its children
-    # inherit that: give the program the Ctrl+C a terminal would.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_programs():
-    """A failed test must not leave a training program running into the next tests."""
-    yield
-    while STARTED:
-        proc = STARTED.pop()
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                proc.kill()
-            proc.wait(timeout=30)
-
-
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_written(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
@@ -218,17 +195,7 @@ TWO_WORKERS = [*TINY, "--workers", "2", "--merge-every", "50", "--steps", "10000
 
 def start(*args):
     """launch.py in its own process group, as a terminal would run it."""
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), *args],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
-    STARTED.append(proc)
-    return proc
+    return start_program(sys.executable, str(ROOT / "launch.py"), *args, stdout=None)
 
 
 def records(path):

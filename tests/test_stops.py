@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_FLAGS
+from conftest import TINY_FLAGS, start_program
 from test_run import tiny, wait_until
 
 from workers.merge import FileMergeBackend, MergeStopped
@@ -24,44 +24,10 @@ from workers.worker import checkpoint_path
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [*TINY_FLAGS, "--steps=100000", "--no-tensorboard"]
-STARTED: list[subprocess.Popen] = []
-
-
-def default_sigint() -> None:
-    # A test runner started in the background ignores SIGINT, and its children inherit that:
-    # give the program the Ctrl+C a terminal would.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def start(*command: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:
-    """A program in its own process group, as a terminal runs it."""
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        list(command),
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
-    STARTED.append(proc)
-    return proc
 
 
 def launch(*args: str) -> subprocess.Popen:
-    return start(sys.executable, str(ROOT / "launch.py"), *args)
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_programs():
-    yield
-    while STARTED:
-        proc = STARTED.pop()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    return start_program(sys.executable, str(ROOT / "launch.py"), *args)
 
 
 def records(path: Path) -> list[dict]:
@@ -256,7 +222,7 @@ except KeyboardInterrupt:
 def test_ctrl_c_leaves_no_traceback_from_the_showcase_player(tmp_path):
     # The window's process does what this script does: Ctrl+C reaches its whole group.
     script = PLAYER_SCRIPT.format(root=str(ROOT), path=str(tmp_path / "run"))
-    proc = start(sys.executable, "-c", textwrap.dedent(script), stdout=subprocess.PIPE)
+    proc = start_program(sys.executable, "-c", textwrap.dedent(script), stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "playing"
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=180)
