@@ -1,8 +1,18 @@
-"""The TD-MPC2 agent: acting by MPPI, one gradient update, live knobs, saving and loading."""
+"""The TD-MPC2 agent, or a pack of P workers as one batched agent: acting by MPPI, one
+gradient update, live knobs, merging inside the pack, saving and loading one worker at a time.
+
+A pack holds P workers' networks stacked on a leading dimension (agent/layers.py). Each worker
+keeps its own seed and random stream (agent/noise.py), Adam moments (Adam is element-wise, so
+one Adam over stacked weights is P Adams), running Q scale, warm-start mean and gradient clip
+(the norm of its own gradient). P = 1 is one agent, and its saved state is the same.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -10,10 +20,13 @@ import torch.nn.functional as F
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError, WeightsError
 from agent.math import TwoHot, percentile_range
+from agent.noise import PackNoise
 from agent.planner import PlanKnobs, plan
 from agent.world_model import WorldModel
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+State = dict[str, torch.Tensor]
+FORMAT = "tdmpc2-live/agent/1"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -25,17 +38,44 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class TDMPC2:
-    """One TD-MPC2 agent. Knobs in KNOB_RANGES may change between any two calls."""
+def clip_per_worker(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """As clip_grad_norm_, but for each worker of a pack on its own: worker k's gradient is
+    scaled by its own norm, whatever the others' are. Returns the (P,) norms before clipping."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads[0].shape[0] == 1:  # one worker: torch's own (one fused pass)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm).view(1)
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.view(-1, *(1,) * (g.dim() - 1)))
+    return norms
 
-    def __init__(self, cfg: Config, obs_dim: int, action_dim: int):
+
+@dataclass
+class PackMerge:
+    """A merge inside a pack: the mean, who is in it, who is left out and why."""
+
+    mean: State
+    participants: list[int]
+    left_out: dict[int, str] = field(default_factory=dict)
+    distances: dict[int, float] = field(default_factory=dict)
+
+
+class TDMPC2:
+    """One TD-MPC2 agent, or a pack of len(seeds) workers. Knobs in KNOB_RANGES may change
+    between any two calls; they apply to every worker of the pack at once."""
+
+    def __init__(
+        self, cfg: Config, obs_dim: int, action_dim: int, seeds: Sequence[int] | None = None
+    ):
         self.device = resolve_device(cfg.device)
-        torch.manual_seed(cfg.seed)
+        self.seeds = list(seeds) if seeds else [cfg.seed]
+        self.pack = len(self.seeds)
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
-        self.train_horizon = cfg.horizon
-        self.model = WorldModel(cfg, obs_dim, action_dim).to(self.device)
+        self.model = self._build_model().to(self.device)
         self.two_hot = TwoHot(cfg.num_bins, cfg.vmin, cfg.vmax, self.device)
         self.compiled = cfg.compile and self.device.type == "cuda"
+        self.noise = PackNoise(self.seeds, self.device, shared=self.compiled)
         m = self.model
         self.optim = torch.optim.Adam(
             [
@@ -52,8 +92,25 @@ class TDMPC2:
         self._update_fn = self._update
         self._plan_fn = plan
         if self.compiled:
+            # One compiled graph for the whole pack: P workers cost one set of launches.
             self._update_fn = torch.compile(self._update, mode="reduce-overhead")
             self._plan_fn = torch.compile(plan, mode="reduce-overhead")
+
+    def _build_model(self) -> WorldModel:
+        """Worker k's networks start as those of a lone agent seeded seeds[k]."""
+        cfg, dims = self.cfg, (self.obs_dim, self.action_dim)
+        torch.manual_seed(self.seeds[0])
+        if self.pack == 1:
+            return WorldModel(cfg, *dims)
+        model = WorldModel(cfg, *dims, pack=self.pack)
+        with torch.no_grad():
+            for k, seed in enumerate(self.seeds):
+                torch.manual_seed(seed)
+                alone = WorldModel(cfg, *dims).state_dict()
+                for name, tensor in model.state_dict().items():
+                    tensor[k].copy_(alone[name][0])
+        torch.manual_seed(self.seeds[0])
+        return model
 
     # knobs -------------------------------------------------------------------------
     @property
@@ -85,25 +142,29 @@ class TDMPC2:
         return contextlib.nullcontext()
 
     def _shifted_warm_mean(self, n: int, t0: torch.Tensor) -> torch.Tensor:
-        """Previous plan means shifted one step, zeros where an episode starts."""
+        """Previous plan means (P, N, H, A) shifted one step, zeros where an episode starts."""
         h = self.cfg.horizon
-        fresh = torch.zeros(n, h, self.action_dim, device=self.device)
+        fresh = torch.zeros(self.pack, n, h, self.action_dim, device=self.device)
         prev = self._warm_mean
-        if prev is None or prev.shape[0] != n:
+        if prev is None or prev.shape[1] != n:
             return fresh
-        keep = min(h, prev.shape[1] - 1)
-        fresh[:, :keep] = prev[:, 1 : keep + 1]
-        return torch.where(t0.view(n, 1, 1), 0.0, fresh)
+        keep = min(h, prev.shape[2] - 1)
+        fresh[:, :, :keep] = prev[:, :, 1 : keep + 1]
+        return torch.where(t0.view(self.pack, n, 1, 1), 0.0, fresh)
 
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, t0: bool | torch.Tensor = False, eval_mode: bool = False
     ) -> torch.Tensor:
-        """Actions in [-1, 1] for observations (obs_dim,) or (N, obs_dim)."""
-        single = obs.dim() == 1
-        obs = obs.to(self.device, torch.float32).view(-1, self.obs_dim)
-        n = obs.shape[0]
-        t0 = torch.as_tensor(t0, device=self.device).expand(n)
+        """Actions in [-1, 1] for observations (P, N, obs_dim); one agent (P = 1) also takes
+        (obs_dim,) or (N, obs_dim) and answers in the same shape."""
+        packed = obs.dim() == 3
+        if not packed and self.pack != 1:
+            raise ValueError(f"a pack of {self.pack} acts on (P, N, obs_dim) observations")
+        obs = obs.to(self.device, torch.float32).reshape(self.pack, -1, self.obs_dim)
+        n = obs.shape[1]
+        t0 = torch.as_tensor(t0, device=self.device).reshape(-1).expand(self.pack * n)
+        t0 = t0.view(self.pack, n)
         self.model.eval()
         with self._autocast():
             if self.cfg.mpc:
@@ -111,46 +172,57 @@ class TDMPC2:
                 if self.compiled:
                     torch.compiler.cudagraph_mark_step_begin()
                 action, mean = self._plan_fn(
-                    self.model, self.two_hot, obs, warm, self.plan_knobs(), eval_mode
+                    self.model, self.two_hot, obs, warm, self.plan_knobs(), eval_mode, self.noise
                 )
                 self._warm_mean = mean.clone()
             else:
-                sample = self.model.policy(self.model.encode(obs))
+                eps = self.noise.normal(n, self.action_dim)
+                sample = self.model.policy(self.model.encode(obs), eps)
                 action = sample.mean if eval_mode else sample.action
         action = action.float().clone()
-        return action[0] if single else action
+        if packed:
+            return action
+        return action.view(-1, self.action_dim).squeeze(0) if n == 1 else action[0]
 
     # learning ----------------------------------------------------------------------
     def _rho_weights(self, horizon: int) -> torch.Tensor:
         return self.cfg.rho ** torch.arange(horizon, device=self.device, dtype=torch.float32)
 
     def _update(self, obs, action, reward, terminated) -> dict[str, torch.Tensor]:
-        cfg, m, two_hot = self.cfg, self.model, self.two_hot
-        horizon, batch = action.shape[:2]
+        """Worker-first batch: obs (P, H+1, B, D), action (P, H, B, A), reward and terminated
+        (P, H, B, 1). Each loss is per worker, (P,); their sum is differentiated, which gives
+        each worker the gradient of its own loss."""
+        cfg, m, two_hot, noise = self.cfg, self.model, self.two_hot, self.noise
+        p, horizon, batch = action.shape[:3]
         rho = self._rho_weights(horizon)
         with torch.no_grad():
-            next_z = m.encode(obs[1:])
-            flat_next = next_z.flatten(0, 1)
-            next_action = m.policy(flat_next).action
+            next_z = m.encode(obs[:, 1:])
+            flat_next = next_z.flatten(1, 2)
+            next_action = m.policy(flat_next, noise.normal(horizon * batch, self.action_dim))
             target_q = two_hot.decode(
-                m.q_logits((flat_next, next_action), m.random_q_pair(), target=True)
+                m.q_logits((flat_next, next_action.action), noise.q_pair(cfg.num_q), target=True)
             )
-            next_value = target_q.min(0).values.view(horizon, batch, 1)
+            next_value = target_q.min(1).values.view(p, horizon, batch, 1)
             td_target = reward + cfg.gamma * (1 - terminated) * next_value
 
-        z = m.encode(obs[0])
+        z = m.encode(obs[:, 0])
         zs = [z]
         consistency = 0.0
         for t in range(horizon):
-            z = m.next(z, action[t])
-            consistency = consistency + rho[t] * F.mse_loss(z, next_z[t])
+            z = m.next(z, action[:, t])
+            step_mse = F.mse_loss(z, next_z[:, t], reduction="none").mean((1, 2))
+            consistency = consistency + rho[t] * step_mse
             zs.append(z)
-        zs = torch.stack(zs)
-        flat_z, flat_a = zs[:-1].flatten(0, 1), action.flatten(0, 1)
-        reward_ce = two_hot.cross_entropy(m.reward_logits(flat_z, flat_a), reward.flatten(0, 1))
-        q_ce = two_hot.cross_entropy(m.q_logits((flat_z, flat_a)), td_target.flatten(0, 1))
-        reward_loss = (reward_ce.view(horizon, batch).mean(1) * rho).sum() / horizon
-        value_loss = (q_ce.view(-1, horizon, batch).mean(2) * rho).sum() / (horizon * cfg.num_q)
+        zs = torch.stack(zs, dim=1)  # (P, H+1, B, L)
+        flat_z, flat_a = zs[:, :-1].flatten(1, 2), action.flatten(1, 2)
+        reward_ce = two_hot.cross_entropy(m.reward_logits(flat_z, flat_a), reward.flatten(1, 2))
+        q_ce = two_hot.cross_entropy(
+            m.q_logits((flat_z, flat_a)), td_target.flatten(1, 2).unsqueeze(1)
+        )
+        reward_loss = (reward_ce.view(p, horizon, batch).mean(2) * rho).sum(1) / horizon
+        value_loss = (q_ce.view(p, -1, horizon, batch).mean(3) * rho).sum((1, 2)) / (
+            horizon * cfg.num_q
+        )
         consistency = consistency / horizon
         total = (
             cfg.consistency_coef * consistency
@@ -159,32 +231,32 @@ class TDMPC2:
         )
         out = {"consistency_loss": consistency, "reward_loss": reward_loss}
         if m.termination is not None:
-            logits = m.termination_logit(zs[1:])
-            termination_loss = F.binary_cross_entropy_with_logits(logits, terminated)
+            logits = m.termination_logit(zs[:, 1:])
+            termination_loss = F.binary_cross_entropy_with_logits(
+                logits, terminated, reduction="none"
+            ).mean((1, 2, 3))
             total = total + cfg.termination_coef * termination_loss
             out["termination_loss"] = termination_loss
-        total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for g in self.optim.param_groups for p in g["params"]], cfg.grad_clip_norm
-        )
+        total.sum().backward()
+        params = [p for g in self.optim.param_groups for p in g["params"]]
+        grad_norm = clip_per_worker(params, cfg.grad_clip_norm)
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
 
         # Policy: maximise the scaled mean of two random Qs on the detached rollout latents.
-        pi_z = zs.detach().flatten(0, 1)
-        sample = m.policy(pi_z)
-        q = two_hot.decode(m.q_logits((pi_z, sample.action), m.random_q_pair(), detach=True))
-        q = q.mean(0)
-        q = q.view(horizon + 1, batch)
+        pi_z = zs.detach().flatten(1, 2)
+        sample = m.policy(pi_z, noise.normal(pi_z.shape[1], self.action_dim))
+        q_logits = m.q_logits((pi_z, sample.action), noise.q_pair(cfg.num_q), detach=True)
+        q = two_hot.decode(q_logits).mean(1).view(p, horizon + 1, batch)
         with torch.no_grad():
-            spread = percentile_range(q[0]).clamp_min(1.0)
+            spread = percentile_range(q[:, 0]).clamp_min(1.0)
             m.q_scale.lerp_(spread, cfg.tau)
-        scaled_entropy = sample.scaled_entropy.view(horizon + 1, batch)
-        objective = cfg.entropy_coef * scaled_entropy + q / m.q_scale
+        scaled_entropy = sample.scaled_entropy.view(p, horizon + 1, batch)
+        objective = cfg.entropy_coef * scaled_entropy + q / m.q_scale.view(p, 1, 1)
         pi_rho = self._rho_weights(horizon + 1)
-        pi_loss = -(objective.mean(1) * pi_rho).mean()
-        pi_loss.backward()
-        pi_grad_norm = torch.nn.utils.clip_grad_norm_(m.pi.parameters(), cfg.grad_clip_norm)
+        pi_loss = -(objective.mean(2) * pi_rho).mean(1)
+        pi_loss.sum().backward()
+        pi_grad_norm = clip_per_worker(list(m.pi.parameters()), cfg.grad_clip_norm)
         self.pi_optim.step()
         self.pi_optim.zero_grad(set_to_none=True)
         m.update_targets(cfg.tau)
@@ -194,34 +266,87 @@ class TDMPC2:
             pi_loss=pi_loss,
             grad_norm=grad_norm,
             pi_grad_norm=pi_grad_norm,
-            pi_entropy=-sample.log_prob.mean(),
+            pi_entropy=-sample.log_prob.view(p, -1).mean(1),
             q_scale=m.q_scale,
         )
         return {k: v.detach() for k, v in out.items()}
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """One gradient step on a batch (obs (H+1,B,D), action (H,B,A), reward, terminated)."""
+        """One gradient step for every worker. batch: obs (P, H+1, B, D), action (P, H, B, A),
+        reward and terminated (P, H, B, 1), worker k's from its own buffer; the losses come
+        back as (P,) tensors. One agent also takes (H+1, B, D), ... (a buffer's sample) and
+        answers with 0-d losses."""
+        packed = batch[0].dim() == 4
+        if not packed:
+            batch = tuple(x.unsqueeze(0) for x in batch)
         self.model.train()
         with self._autocast():
             if self.compiled:
                 torch.compiler.cudagraph_mark_step_begin()
             info = self._update_fn(*batch)
-        return {k: v.clone() for k, v in info.items()} if self.compiled else info
+        info = {k: v.clone() for k, v in info.items()} if self.compiled else info
+        return info if packed else {k: v[0] for k, v in info.items()}
+
+    # merging inside the pack -------------------------------------------------------
+    @torch.no_grad()
+    def merge_workers(self, workers: Sequence[int]) -> PackMerge | None:
+        """Average the networks of `workers` over the worker dimension, in place on the
+        device. A worker with non-finite weights is left out of the mean and reset from it
+        (its Adam moments zeroed). None when no worker is finite."""
+        floats = {k: t for k, t in self.model.state_dict().items() if t.is_floating_point()}
+        index = torch.tensor(list(workers), device=self.device)
+        sums = torch.stack(
+            [t[index].flatten(1).sum(1, dtype=torch.float64) for t in floats.values()]
+        )
+        finite = torch.isfinite(sums).all(0).tolist()
+        good = [w for w, ok in zip(workers, finite) if ok]
+        if not good:
+            return None
+        left_out = {w: "non-finite weights" for w, ok in zip(workers, finite) if not ok}
+        mean = {k: t[good].mean(0) for k, t in floats.items()}
+        self.load_model_state(mean, workers)
+        for w in left_out:
+            self._reset_moments(w)
+        return PackMerge(mean, good, left_out)
+
+    def _reset_moments(self, worker: int) -> None:
+        for optim in (self.optim, self.pi_optim):
+            for state in optim.state.values():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in state:
+                        state[key][worker].zero_()
+
+    @torch.no_grad()
+    def load_model_state(self, state: State, workers: Sequence[int]) -> None:
+        """Copy one worker's networks (a state of model_state's shapes) into `workers`."""
+        own = self.model.state_dict()
+        index = torch.tensor(list(workers), device=self.device)
+        for name, tensor in state.items():
+            target = own[name]
+            value = tensor.to(self.device, target.dtype)
+            target.index_copy_(0, index, value.unsqueeze(0).expand(len(workers), *value.shape))
+
+    def model_state(self, worker: int = 0) -> State:
+        """Worker `worker`'s networks, shaped as a lone agent's (no worker dimension)."""
+        return {k: v[worker] for k, v in self.model.state_dict().items()}
 
     # weights -----------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self, worker: int = 0) -> dict:
+        """Worker `worker`'s networks, Adam moments and random stream, as a lone agent's."""
         return {
-            "format": "tdmpc2-live/agent/1",
+            "format": FORMAT,
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
-            "model": self.model.state_dict(),
-            "optim": self.optim.state_dict(),
-            "pi_optim": self.pi_optim.state_dict(),
+            "model": {k: v.clone() for k, v in self.model_state(worker).items()},
+            "optim": _optim_slice(self.optim, worker),
+            "pi_optim": _optim_slice(self.pi_optim, worker),
+            "noise": self.noise.get_state(worker),
         }
 
-    def load_state_dict(self, state: dict, weights_only: bool = False) -> None:
-        """Load a state from state_dict(); a mismatch raises WeightsError, changing nothing."""
-        if not isinstance(state, dict) or state.get("format") != "tdmpc2-live/agent/1":
+    def load_state_dict(self, state: dict, weights_only: bool = False, worker: int = 0) -> None:
+        """Load a state from state_dict() into one worker; a mismatch raises WeightsError,
+        changing nothing."""
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise WeightsError("not a TD-MPC2 Live agent state (missing or unknown format tag)")
         dims = (state.get("obs_dim"), state.get("action_dim"))
         if dims != (self.obs_dim, self.action_dim):
@@ -229,22 +354,71 @@ class TDMPC2:
                 f"weights are for obs/action dims {dims}, this task has "
                 f"{(self.obs_dim, self.action_dim)}"
             )
-        own = self.model.state_dict()
-        theirs = state.get("model", {})
+        theirs = self.checked_model_state(state.get("model", {}))
+        self.load_model_state(theirs, [worker])
+        if not weights_only:
+            _load_optim_slice(self.optim, worker, state["optim"])
+            _load_optim_slice(self.pi_optim, worker, state["pi_optim"])
+            if "noise" in state:
+                self.noise.set_state(worker, state["noise"])
+
+    def checked_model_state(self, theirs: State) -> State:
+        """`theirs` if it is one worker's networks of this model (shapes as model_state's),
+        else WeightsError. Q biases saved as (E, 1, out) before packs are read as (E, out)."""
+        own = self.model_state(0)
         missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
         if missing or extra:
             raise WeightsError(
                 f"weights do not match this model (missing {missing[:3]}, unexpected {extra[:3]})"
             )
+        fitted = {}
         for name, tensor in own.items():
-            if theirs[name].shape != tensor.shape:
+            value = theirs[name]
+            if value.shape != tensor.shape and value.squeeze().shape == tensor.squeeze().shape:
+                value = value.reshape(tensor.shape)
+            if value.shape != tensor.shape:
                 raise WeightsError(
                     f"weights do not match this model size: {name} has shape "
-                    f"{tuple(theirs[name].shape)}, expected {tuple(tensor.shape)}"
+                    f"{tuple(value.shape)}, expected {tuple(tensor.shape)}"
                 )
-            if not torch.isfinite(theirs[name]).all():
+            if value.is_floating_point() and not torch.isfinite(value).all():
                 raise WeightsError(f"weights contain non-finite values in {name}")
-        self.model.load_state_dict(theirs)
-        if not weights_only:
-            self.optim.load_state_dict(state["optim"])
-            self.pi_optim.load_state_dict(state["pi_optim"])
+            fitted[name] = value
+        return fitted
+
+
+def _optim_slice(optim: torch.optim.Optimizer, worker: int) -> dict:
+    """One worker's part of an Adam state dict over stacked weights: a lone agent's."""
+    full = optim.state_dict()
+    state = {
+        i: {k: v.clone() if k == "step" else v[worker].clone() for k, v in entry.items()}
+        for i, entry in full["state"].items()
+    }
+    return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+
+def _load_optim_slice(optim: torch.optim.Optimizer, worker: int, theirs: dict) -> None:
+    """Put one worker's Adam state (from _optim_slice) into its slice of the pack's."""
+    params = [p for g in optim.param_groups for p in g["params"]]
+    full = optim.state_dict()
+    for i, param in enumerate(params):
+        entry = theirs["state"].get(i)
+        if entry is None:
+            continue
+        own = full["state"].setdefault(
+            i,
+            {
+                "step": torch.zeros(()),
+                "exp_avg": torch.zeros_like(param),
+                "exp_avg_sq": torch.zeros_like(param),
+            },
+        )
+        # Adam's step is one per stacked tensor: a pack counts the furthest worker's steps
+        # (the bias correction is ~1 after a few thousand either way).
+        step = entry["step"].cpu().float()
+        own["step"] = step if param.shape[0] == 1 else torch.maximum(own["step"].cpu(), step)
+        for key in ("exp_avg", "exp_avg_sq"):
+            moment = own[key].clone()
+            moment[worker] = entry[key].to(moment.device).view_as(moment[worker])
+            own[key] = moment
+    optim.load_state_dict(full)

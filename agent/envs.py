@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import gymnasium
 import numpy as np
@@ -151,17 +151,19 @@ def make_vector_env(
     action_repeat: int = 2,
     episode_length: int = 500,
     asynchronous: bool | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> VectorEnv:
-    """num_envs copies of a task (seeds seed, seed+1, ...) stepped together.
+    """num_envs copies of a task (seeds seed, seed+1, ..., or the given `seeds`) stepped
+    together.
 
     A finished env resets in the same step; its last observation is in info["final_obs"].
     Subprocesses (asynchronous) are used by default only when there are spare cores for them:
     on a 2-core machine the inter-process hops cost more than the physics they parallelise.
     """
     resolve_task(task)
-    factories = [
-        _env_factory(task, seed + i, action_repeat, episode_length) for i in range(num_envs)
-    ]
+    seeds = list(seeds) if seeds is not None else [seed + i for i in range(num_envs)]
+    factories = [_env_factory(task, s, action_repeat, episode_length) for s in seeds]
+    num_envs = len(seeds)
     if asynchronous is None:
         asynchronous = num_envs > 1 and (os.cpu_count() or 1) > num_envs
     if asynchronous:

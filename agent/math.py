@@ -82,12 +82,14 @@ def bounded_log_std(raw: torch.Tensor, low: float, high: float) -> torch.Tensor:
 
 
 def percentile_range(x: torch.Tensor, low: float = 0.05, high: float = 0.95) -> torch.Tensor:
-    """x's high-quantile minus low-quantile over all elements, as a 0-d tensor."""
-    q = torch.quantile(x.detach().float().flatten(), torch.tensor([low, high], device=x.device))
+    """(P,): each row's high-quantile minus low-quantile, for x (P, ...)."""
+    levels = torch.tensor([low, high], device=x.device)
+    q = torch.quantile(x.detach().float().flatten(1), levels, dim=1)
     return q[1] - q[0]
 
 
-def gumbel_choice(weights: torch.Tensor) -> torch.Tensor:
-    """Index drawn with probability proportional to weights along the last dim (Gumbel trick)."""
-    gumbel = -torch.log(-torch.log(torch.rand_like(weights).clamp_min(1e-20)))
+def gumbel_choice(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Index drawn with probability proportional to weights along the last dim (Gumbel trick),
+    from uniform numbers shaped as weights."""
+    gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-20)))
     return (weights.clamp_min(1e-20).log() + gumbel).argmax(-1)

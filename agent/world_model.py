@@ -1,4 +1,8 @@
-"""TD-MPC2's implicit world model: encoder, latent dynamics, reward, policy prior and Q ensemble."""
+"""TD-MPC2's implicit world model: encoder, latent dynamics, reward, policy prior and Q ensemble.
+
+The model holds a pack of P workers' networks (agent/layers.py): every input and output has a
+leading worker dimension P, and P = 1 is one agent.
+"""
 
 from __future__ import annotations
 
@@ -15,27 +19,28 @@ from agent.math import PolicySample, bounded_log_std, squashed_gaussian
 class WorldModel(nn.Module):
     """All networks of one agent. Latents are SimNorm'd; heads output two-hot logits."""
 
-    def __init__(self, cfg: Config, obs_dim: int, action_dim: int):
+    def __init__(self, cfg: Config, obs_dim: int, action_dim: int, pack: int = 1):
         super().__init__()
-        self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
+        self.cfg, self.obs_dim, self.action_dim, self.pack = cfg, obs_dim, action_dim, pack
         latent, mlp, gs = cfg.latent_dim, cfg.mlp_dim, cfg.simnorm_dim
         za = (latent, action_dim)
         enc_hidden = [cfg.enc_dim] * max(cfg.num_enc_layers - 1, 1)
+        p = pack
         self.encoder = MLP(
-            (obs_dim,), enc_hidden, latent, out_norm=True, out_act="simnorm", simnorm_dim=gs
+            (obs_dim,), enc_hidden, latent, out_norm=True, out_act="simnorm", simnorm_dim=gs, pack=p
         )
         self.dynamics = MLP(
-            za, [mlp, mlp], latent, out_norm=True, out_act="simnorm", simnorm_dim=gs
+            za, [mlp, mlp], latent, out_norm=True, out_act="simnorm", simnorm_dim=gs, pack=p
         )
-        self.reward = MLP(za, [mlp, mlp], cfg.num_bins)
-        self.termination = MLP(za[:1], [mlp, mlp], 1) if cfg.episodic else None
-        self.pi = MLP((latent,), [mlp, mlp], 2 * action_dim)
-        self.qs = MLP(za, [mlp, mlp], cfg.num_bins, members=cfg.num_q, dropout=cfg.dropout)
+        self.reward = MLP(za, [mlp, mlp], cfg.num_bins, pack=p)
+        self.termination = MLP(za[:1], [mlp, mlp], 1, pack=p) if cfg.episodic else None
+        self.pi = MLP((latent,), [mlp, mlp], 2 * action_dim, pack=p)
+        self.qs = MLP(za, [mlp, mlp], cfg.num_bins, members=cfg.num_q, dropout=cfg.dropout, pack=p)
         self.reward.zero_last_layer()
         self.qs.zero_last_layer()
         self.target_qs = copy.deepcopy(self.qs).requires_grad_(False)
-        # Running 5-95 percentile range of Q values that scales the policy objective.
-        self.register_buffer("q_scale", torch.ones(()))
+        # Each worker's running 5-95 percentile range of Q values: scales its policy objective.
+        self.register_buffer("q_scale", torch.ones(pack))
 
     def train(self, mode: bool = True) -> WorldModel:
         """As nn.Module.train, but the target Qs stay in eval mode: the TD target is computed
@@ -57,12 +62,11 @@ class WorldModel(nn.Module):
         assert self.termination is not None, "termination head exists only in episodic mode"
         return self.termination(z)
 
-    def policy(self, z: torch.Tensor, eps: torch.Tensor | None = None) -> PolicySample:
-        """(squashed mean, sampled action, log-prob, scaled entropy) of the policy prior at z."""
+    def policy(self, z: torch.Tensor, eps: torch.Tensor) -> PolicySample:
+        """(squashed mean, sampled action, log-prob, scaled entropy) of the policy prior at z,
+        with standard normal noise eps (shaped as the action)."""
         mean, raw_log_std = self.pi(z).chunk(2, dim=-1)
         log_std = bounded_log_std(raw_log_std, self.cfg.log_std_min, self.cfg.log_std_max)
-        if eps is None:
-            eps = torch.randn_like(mean)
         return squashed_gaussian(mean, log_std, eps)
 
     def q_logits(
@@ -72,13 +76,10 @@ class WorldModel(nn.Module):
         target: bool = False,
         detach: bool = False,
     ) -> torch.Tensor:
-        """Logits (members, N, bins) of the chosen Qs (all by default) at flat (N, .) inputs."""
+        """Logits (P, members, N, bins) of the chosen Qs (all by default; `members` (P, k): each
+        worker's choice) at flat (P, N, .) inputs."""
         net = self.target_qs if target else self.qs
         return net(inputs, members, detach)
-
-    def random_q_pair(self) -> torch.Tensor:
-        """Indices of two distinct Qs chosen at random (graph-safe: no host sync)."""
-        return torch.rand(self.cfg.num_q, device=self.qs.layers[0].weight.device).argsort()[:2]
 
     def model_parameters(self) -> list[nn.Parameter]:
         """Parameters trained by the model loss (all but the policy and the targets)."""

@@ -52,15 +52,15 @@ def test_act_respects_bounds_and_batches(tiny_cfg):
     assert several.shape == (3, ACT) and several.abs().max() <= 1
     agent.set_knobs(horizon=5, num_samples=32, num_elites=4, iterations=1)
     assert agent.act(torch.randn(OBS)).abs().max() <= 1
-    assert agent._warm_mean.shape == (1, 5, ACT)
+    assert agent._warm_mean.shape == (1, 1, 5, ACT)  # (workers, envs, horizon, action)
 
 
 def test_warm_start_shifts_previous_mean_and_resets_at_episode_start(tiny_cfg):
     agent = TDMPC2(tiny_cfg, OBS, ACT)
     agent.act(torch.randn(2, OBS), t0=True)
     prev = agent._warm_mean.clone()
-    warm = agent._shifted_warm_mean(2, torch.tensor([False, True]))
-    assert torch.equal(warm[0, :-1], prev[0, 1:])
+    warm = agent._shifted_warm_mean(2, torch.tensor([[False, True]]))[0]
+    assert torch.equal(warm[0, :-1], prev[0, 0, 1:])
     assert (warm[0, -1] == 0).all() and (warm[1] == 0).all()
 
 
@@ -81,12 +81,13 @@ def test_planner_finds_the_rewarded_action(tiny_cfg):
         action, mean = plan(
             model,
             two_hot,
-            torch.randn(1, OBS),
-            torch.zeros(1, knobs.horizon, ACT),
+            torch.randn(1, 1, OBS),
+            torch.zeros(1, 1, knobs.horizon, ACT),
             knobs,
             eval_mode=True,
+            noise=agent.noise,
         )
-    assert mean.shape == (1, knobs.horizon, ACT)
+    assert mean.shape == (1, 1, knobs.horizon, ACT)
     assert torch.allclose(action, torch.full_like(action, 0.6), atol=0.1), action
 
 
@@ -103,7 +104,7 @@ def test_state_dict_round_trip_and_mismatch(tiny_cfg):
     agent.update(_batch(tiny_cfg))
     other = TDMPC2(tiny_cfg, OBS, ACT)
     other.load_state_dict(agent.state_dict())
-    obs = torch.randn(4, OBS)
+    obs = torch.randn(1, 4, OBS)
     assert torch.equal(agent.model.encode(obs), other.model.encode(obs))
     with pytest.raises(WeightsError, match="obs/action dims"):
         TDMPC2(tiny_cfg, OBS + 1, ACT).load_state_dict(agent.state_dict())
@@ -148,9 +149,9 @@ def _recording_planner(monkeypatch):
         calls["rollout"].append(actions.clone())
         return real_rollout(model, two_hot, z0, actions, gamma)
 
-    def terminal_value(model, two_hot, rolled):
+    def terminal_value(model, two_hot, rolled, noise):
         calls["terminal"].append(rolled)
-        return real_terminal(model, two_hot, rolled)
+        return real_terminal(model, two_hot, rolled, noise)
 
     monkeypatch.setattr(planner, "rollout", rollout)
     monkeypatch.setattr(planner, "terminal_value", terminal_value)
@@ -165,24 +166,24 @@ def test_policy_trajectories_are_valued_again_in_every_iteration(tiny_cfg, monke
     calls = _recording_planner(monkeypatch)
     agent.act(torch.randn(OBS))
     k = agent.plan_knobs()
-    assert [c.shape[2] for c in calls["rollout"]] == [k.num_pi_trajs] + [
+    assert [c.shape[3] for c in calls["rollout"]] == [k.num_pi_trajs] + [
         k.num_samples - k.num_pi_trajs
     ] * k.iterations
-    assert [r.z.shape[1] for r in calls["terminal"]] == [k.num_samples] * k.iterations
+    assert [r.z.shape[2] for r in calls["terminal"]] == [k.num_samples] * k.iterations
     # The same policy trajectories (their last latents) lead every iteration's set.
-    first = calls["terminal"][0].z[:, : k.num_pi_trajs]
+    first = calls["terminal"][0].z[:, :, : k.num_pi_trajs]
     for rolled in calls["terminal"][1:]:
-        assert torch.equal(rolled.z[:, : k.num_pi_trajs], first)
+        assert torch.equal(rolled.z[:, :, : k.num_pi_trajs], first)
     # Valued the same way as all at once: the join does not change a sequence's return.
     import agent.planner as planner
 
-    z0 = agent.model.encode(torch.randn(1, OBS)).unsqueeze(1)
+    z0 = agent.model.encode(torch.randn(1, 1, OBS)).unsqueeze(2)
     pi, sampled = calls["rollout"][0], calls["rollout"][1]
     joined = planner.Rollout.join(
         planner.rollout(agent.model, agent.two_hot, z0, pi, k.gamma),
         planner.rollout(agent.model, agent.two_hot, z0, sampled, k.gamma),
     )
-    whole = planner.rollout(agent.model, agent.two_hot, z0, torch.cat([pi, sampled], 2), k.gamma)
+    whole = planner.rollout(agent.model, agent.two_hot, z0, torch.cat([pi, sampled], 3), k.gamma)
     assert torch.allclose(joined.ret, whole.ret, atol=1e-5)
     assert torch.allclose(joined.z, whole.z, atol=1e-5)
 
@@ -197,7 +198,7 @@ def test_evaluation_acts_with_a_drawn_elite_not_the_plan_mean(tiny_cfg, monkeypa
         torch.manual_seed(seed)
         action = agent.act(torch.randn(OBS), t0=True, eval_mode=True)
         # Step 0 of the policy trajectories and of the last iteration's sampled sequences.
-        first_actions = torch.cat([calls["rollout"][0][0, 0], calls["rollout"][-1][0, 0]])
+        first_actions = torch.cat([calls["rollout"][0][0, 0, 0], calls["rollout"][-1][0, 0, 0]])
         distance = (first_actions - action).abs().sum(-1).min()
         assert distance < 1e-6, f"eval action is not a candidate's first action ({distance})"
-        assert not torch.allclose(action, agent._warm_mean[0, 0], atol=1e-4)
+        assert not torch.allclose(action, agent._warm_mean[0, 0, 0], atol=1e-4)

@@ -3,30 +3,50 @@ import torch
 
 from agent.config import make_config
 from agent.layers import Layer
+from agent.noise import PackNoise
 from agent.world_model import WorldModel
 
 
-def test_ensemble_layer_equals_separate_members():
+@pytest.mark.parametrize("pack", [1, 3])
+def test_ensemble_layer_equals_separate_members(pack):
     torch.manual_seed(0)
-    layer = Layer((6, 3), 5, members=4, act="mish")
-    x, a = torch.randn(7, 6), torch.randn(7, 3)
+    layer = Layer((6, 3), 5, members=4, act="mish", pack=pack)
+    x, a = torch.randn(pack, 7, 6), torch.randn(pack, 7, 3)
     out = layer((x, a))
-    assert out.shape == (4, 7, 5)
-    for m in range(4):
-        h = torch.cat([x, a], -1) @ layer.weight[m] + layer.bias[m]
-        h = torch.nn.functional.layer_norm(h, (5,)) * layer.ln_weight[m] + layer.ln_bias[m]
-        assert torch.allclose(out[m], torch.nn.functional.mish(h), atol=1e-5)
-    pair = torch.tensor([2, 0])
-    assert torch.allclose(layer((x, a), members=pair), out[pair], atol=1e-6)
+    assert out.shape == (pack, 4, 7, 5)
+    for p in range(pack):
+        for m in range(4):
+            h = torch.cat([x[p], a[p]], -1) @ layer.weight[p, m] + layer.bias[p, m]
+            h = torch.nn.functional.layer_norm(h, (5,)) * layer.ln_weight[p, m]
+            h = h + layer.ln_bias[p, m]
+            assert torch.allclose(out[p, m], torch.nn.functional.mish(h), atol=1e-5)
+    # Each worker its own pair of members.
+    pairs = torch.tensor([[2, 0], [1, 3], [3, 2]])[:pack]
+    chosen = layer((x, a), members=pairs)
+    for p in range(pack):
+        assert torch.allclose(chosen[p], out[p, pairs[p]], atol=1e-6)
 
 
-def test_layer_broadcasts_a_shared_input():
+@pytest.mark.parametrize("pack", [1, 3])
+def test_pack_layer_equals_each_worker_alone(pack):
     torch.manual_seed(0)
-    layer = Layer((8, 2), 4, act="simnorm", simnorm_dim=2)
-    z, a = torch.randn(3, 1, 8), torch.randn(3, 5, 2)
+    layer = Layer((6,), 5, act="mish", pack=pack)
+    x = torch.randn(pack, 4, 7, 6)
+    out = layer(x)
+    for p in range(pack):
+        h = x[p] @ layer.weight[p] + layer.bias[p]
+        h = torch.nn.functional.layer_norm(h, (5,)) * layer.ln_weight[p] + layer.ln_bias[p]
+        assert torch.allclose(out[p], torch.nn.functional.mish(h), atol=1e-5)
+
+
+@pytest.mark.parametrize("pack", [1, 2])
+def test_layer_broadcasts_a_shared_input(pack):
+    torch.manual_seed(0)
+    layer = Layer((8, 2), 4, act="simnorm", simnorm_dim=2, pack=pack)
+    z, a = torch.randn(pack, 3, 1, 8), torch.randn(pack, 3, 5, 2)
     broadcast = layer((z, a))
-    explicit = layer((z.expand(3, 5, 8).contiguous(), a))
-    assert broadcast.shape == (3, 5, 4)
+    explicit = layer((z.expand(pack, 3, 5, 8).contiguous(), a))
+    assert broadcast.shape == (pack, 3, 5, 4)
     assert torch.allclose(broadcast, explicit, atol=1e-6)
 
 
@@ -34,19 +54,21 @@ def test_layer_broadcasts_a_shared_input():
 def test_world_model_shapes_for_every_preset(size):
     cfg = make_config(size)
     obs_dim, action_dim, n = 17, 6, 4
-    model = WorldModel(cfg, obs_dim, action_dim)
-    z = model.encode(torch.randn(n, obs_dim))
-    a = torch.rand(n, action_dim) * 2 - 1
-    assert z.shape == (n, cfg.latent_dim)
-    groups = z.view(n, -1, cfg.simnorm_dim)
+    p = 2  # a pack of two workers: every tensor leads with the worker dimension
+    model = WorldModel(cfg, obs_dim, action_dim, pack=p)
+    z = model.encode(torch.randn(p, n, obs_dim))
+    a = torch.rand(p, n, action_dim) * 2 - 1
+    assert z.shape == (p, n, cfg.latent_dim)
+    groups = z.view(p, n, -1, cfg.simnorm_dim)
     assert torch.allclose(groups.sum(-1), torch.ones_like(groups[..., 0]), atol=1e-5)
-    assert model.next(z, a).shape == (n, cfg.latent_dim)
-    assert model.reward_logits(z, a).shape == (n, cfg.num_bins)
-    assert model.q_logits((z, a)).shape == (cfg.num_q, n, cfg.num_bins)
-    assert model.q_logits((z, a), model.random_q_pair(), target=True).shape == (2, n, cfg.num_bins)
-    mean, action, log_prob, scaled_entropy = model.policy(z)
-    assert mean.shape == action.shape == (n, action_dim) and log_prob.shape == (n, 1)
-    assert scaled_entropy.shape == (n, 1)
+    assert model.next(z, a).shape == (p, n, cfg.latent_dim)
+    assert model.reward_logits(z, a).shape == (p, n, cfg.num_bins)
+    assert model.q_logits((z, a)).shape == (p, cfg.num_q, n, cfg.num_bins)
+    pairs = PackNoise([1, 2], "cpu").q_pair(cfg.num_q)
+    assert model.q_logits((z, a), pairs, target=True).shape == (p, 2, n, cfg.num_bins)
+    mean, action, log_prob, scaled_entropy = model.policy(z, torch.randn(p, n, action_dim))
+    assert mean.shape == action.shape == (p, n, action_dim) and log_prob.shape == (p, n, 1)
+    assert scaled_entropy.shape == (p, n, 1)
     assert (action.abs() <= 1).all()
     # Reward and Q heads start at zero output, as in the reference initialisation.
     assert model.reward_logits(z, a).abs().max() == 0
@@ -55,16 +77,19 @@ def test_world_model_shapes_for_every_preset(size):
     assert encoder_layers == max(cfg.num_enc_layers, 2)
 
 
-def test_random_q_pair_is_two_distinct_members():
-    model = WorldModel(make_config(5), 4, 2)
+def test_random_q_pair_is_two_distinct_members_per_worker():
+    noise = PackNoise([1, 2, 3], "cpu")
+    seen = set()
     for _ in range(20):
-        pair = model.random_q_pair()
-        assert pair.shape == (2,) and pair[0] != pair[1] and pair.max() < 5
+        pairs = noise.q_pair(5)
+        assert pairs.shape == (3, 2) and (pairs[:, 0] != pairs[:, 1]).all() and pairs.max() < 5
+        seen.add(tuple(pairs[0].tolist()))
+    assert len(seen) > 3
 
 
 def test_episodic_model_has_termination_head():
     model = WorldModel(make_config(1, episodic=True), 4, 2)
-    assert model.termination_logit(model.encode(torch.randn(3, 4))).shape == (3, 1)
+    assert model.termination_logit(model.encode(torch.randn(1, 3, 4))).shape == (1, 3, 1)
     assert WorldModel(make_config(1), 4, 2).termination is None
 
 
@@ -77,8 +102,8 @@ def test_target_qs_stay_in_eval_mode_so_the_td_target_has_no_dropout():
             p.normal_(0, 0.5)
     model.train()
     assert model.qs.training and not model.target_qs.training
-    z, a = model.encode(torch.randn(16, 4)), torch.rand(16, 2) * 2 - 1
-    pair = torch.tensor([0, 1])
+    z, a = model.encode(torch.randn(1, 16, 4)), torch.rand(1, 16, 2) * 2 - 1
+    pair = torch.tensor([[0, 1]])
     first = model.q_logits((z, a), pair, target=True)
     assert torch.equal(first, model.q_logits((z, a), pair, target=True))
     # The online Qs do drop units in training (the value loss and policy loss use them so).

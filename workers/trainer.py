@@ -1,14 +1,18 @@
-"""Online training of one TD-MPC2 agent on (vectorised) environments, logging to a run directory.
+"""Online training of one TD-MPC2 agent, or of a pack of workers in lockstep, on (vectorised)
+environments, logging to run directories.
 
 The step loop follows the reference: random actions for the seed steps, then as many updates at
-once (pretraining), then one update per `steps_per_update` environment steps.
+once (pretraining), then one update per `steps_per_update` environment steps. A pack of P
+workers (agent/agent.py) steps all their envs as one vector env, plans for all of them in one
+call and updates all of them in one call; each worker keeps its own envs, buffer, random
+actions, episodes and metrics file. P = 1 is one agent.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,73 +71,121 @@ def evaluate(
     agent: TDMPC2,
     cfg: Config,
     episodes: int,
-    seed: int,
+    seeds: Sequence[int],
     on_step: Callable[[int], None] | None = None,
-) -> list[float]:
-    """Returns of `episodes` evaluation episodes (a drawn elite, no exploration noise).
-    `on_step(j)` is called after every env step and episode end, j episodes done (an
-    evaluation of a big model on a CPU takes minutes: the progress display follows it)."""
-    env = make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length)
-    returns = []
+) -> list[list[float]]:
+    """Returns of `episodes` evaluation episodes for each worker of the agent (a drawn elite,
+    no exploration noise), worker k's env seeded seeds[k]. The workers' episodes run in
+    lockstep (one plan for all). `on_step(j)` is called after every env step and episode end,
+    j episodes done (an evaluation of a big model on a CPU takes minutes: the progress display
+    follows it)."""
+    envs = [make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length) for seed in seeds]
+    returns: list[list[float]] = [[] for _ in envs]
     try:
         for i in range(episodes):
-            obs, _ = env.reset(seed=seed + i)
-            done, total, t0 = False, 0.0, True
-            while not done:
-                action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
-                obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
-                total += reward
-                done, t0 = terminated or truncated, False
-                if on_step is not None and not done:
+            obs = np.stack([env.reset(seed=seed + i)[0] for env, seed in zip(envs, seeds)])
+            totals, done, t0 = np.zeros(len(envs)), np.zeros(len(envs), bool), True
+            while not done.all():
+                packed = torch.from_numpy(obs).float().view(len(envs), 1, -1)
+                action = agent.act(packed, t0=t0, eval_mode=True).cpu().numpy()
+                for k, env in enumerate(envs):
+                    if done[k]:
+                        continue
+                    obs[k], reward, terminated, truncated, _ = env.step(action[k, 0])
+                    totals[k] += reward
+                    done[k] = terminated or truncated
+                t0 = False
+                if on_step is not None and not done.all():
                     on_step(i)
-            returns.append(total)
+            for k in range(len(envs)):
+                returns[k].append(float(totals[k]))
             if on_step is not None:
                 on_step(i + 1)
     finally:
-        env.close()
+        for env in envs:
+            env.close()
     return returns
 
 
+@dataclass
+class Member:
+    """What one worker of a trainer owns: its seed, envs' episodes, buffer, random actions,
+    returns and run directory."""
+
+    seed: int
+    buffer: EpisodeBuffer
+    run_dir: RunDir | None
+    rng: np.random.Generator
+    episodes: list[_Episode] = field(default_factory=list)
+    episode_returns: list[float] = field(default_factory=list)
+    eval_returns: list[tuple[int, float]] = field(default_factory=list)
+
+    def log(self, kind: str, step: int, **fields: object) -> None:
+        if self.run_dir is not None:
+            self.run_dir.log(kind, step=step, **fields)
+
+
 class Trainer:
-    """Trains one agent for cfg.steps agent steps (summed over envs)."""
+    """Trains one agent, or a pack of len(seeds) workers in lockstep, for cfg.steps agent steps
+    each (summed over envs). `run_dir`: one per worker (a single one for one worker)."""
 
     def __init__(
         self,
         cfg: Config,
-        run_dir: RunDir | None = None,
+        run_dir: RunDir | Sequence[RunDir | None] | None = None,
         load_weights: str | None = None,
         progress: bool = True,
         log_every_s: float = 10.0,
         step_hook: Callable[[Trainer], None] | None = None,
         write_config: bool = True,
         update_hook: Callable[[Trainer], None] | None = None,
+        seeds: Sequence[int] | None = None,
     ):
-        self.cfg, self.run_dir = cfg, run_dir
+        self.cfg = cfg
+        seeds = list(seeds) if seeds else [cfg.seed]
+        run_dirs = list(run_dir) if isinstance(run_dir, (list, tuple)) else [run_dir] * len(seeds)
         self.step_hook, self.write_config = step_hook, write_config
         # Called after every update: the 1000s of pretraining updates take minutes on a CPU,
         # and a stop or pause must not wait for them to end.
         self.update_hook = update_hook
+        n = cfg.num_envs
+        # All workers' envs in one vector env (asynchronous where cores allow), worker k's
+        # seeded as its own would be: seeds[k], seeds[k] + 1, ...
+        self.env_seeds = [seed + i for seed in seeds for i in range(n)]
         self.env = make_vector_env(
-            cfg.task, cfg.num_envs, cfg.seed, cfg.action_repeat, cfg.episode_length
+            cfg.task,
+            len(self.env_seeds),
+            0,
+            cfg.action_repeat,
+            cfg.episode_length,
+            seeds=self.env_seeds,
         )
         obs_dim = self.env.single_observation_space.shape[0]
         action_dim = self.env.single_action_space.shape[0]
-        self.agent = TDMPC2(cfg, obs_dim, action_dim)
+        self.agent = TDMPC2(cfg, obs_dim, action_dim, seeds=seeds)
         if load_weights:
-            self.agent.load_state_dict(
-                load_state(load_weights, self.agent.device), weights_only=True
-            )
+            weights = load_state(load_weights, self.agent.device)
+            for k in range(len(seeds)):
+                self.agent.load_state_dict(weights, weights_only=True, worker=k)
         # Room for the training steps plus each episode's first row (no transition into it).
-        rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + cfg.num_envs
-        self.buffer = EpisodeBuffer(
-            max(rows, cfg.episode_length + 1),
-            obs_dim,
-            action_dim,
-            cfg.horizon,
-            cfg.batch_size,
-            self.agent.device,
-            seed=cfg.seed,
-        )
+        rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + n
+        self.members = [
+            Member(
+                seed,
+                EpisodeBuffer(
+                    max(rows, cfg.episode_length + 1),
+                    obs_dim,
+                    action_dim,
+                    cfg.horizon,
+                    cfg.batch_size,
+                    self.agent.device,
+                    seed=seed,
+                ),
+                run_dirs[k],
+                np.random.default_rng(seed),
+            )
+            for k, seed in enumerate(seeds)
+        ]
         self.progress = Progress(cfg.steps, enabled=progress)
         self._pretrain_total = cfg.resolved_seed_steps
         # Called after every evaluation step (a worker stops or pauses there too).
@@ -141,42 +193,60 @@ class Trainer:
         self.log_every_s = log_every_s
         self.step = 0
         self.updates = 0
-        self.episode_returns: list[float] = []
-        self.eval_returns: list[tuple[int, float]] = []
         self.pretrained = False
         self.pretrain_updates = 0  # done so far; a run stopped while pretraining resumes there
         self.update_credit = 0.0
-        self.rng = np.random.default_rng(cfg.seed)
+
+    # the first worker's parts, as a lone agent's trainer has them
+    @property
+    def buffer(self) -> EpisodeBuffer:
+        return self.members[0].buffer
+
+    @property
+    def run_dir(self) -> RunDir | None:
+        return self.members[0].run_dir
+
+    @property
+    def episode_returns(self) -> list[float]:
+        return self.members[0].episode_returns
+
+    @property
+    def eval_returns(self) -> list[tuple[int, float]]:
+        return self.members[0].eval_returns
 
     # resumable state ---------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Everything needed to continue: agent, optimisers, buffer, counters, RNG states."""
+    def state_dict(self, worker: int = 0) -> dict:
+        """Everything one worker needs to continue: agent, optimisers, buffer, counters, RNG
+        states."""
+        m = self.members[worker]
         return {
-            "agent": self.agent.state_dict(),
-            "buffer": self.buffer.state_dict(),
+            "agent": self.agent.state_dict(worker),
+            "buffer": m.buffer.state_dict(),
             "step": self.step,
             "updates": self.updates,
             "pretrained": self.pretrained,
             "pretrain_updates": self.pretrain_updates,
             "update_credit": self.update_credit,
-            "eval_returns": [list(e) for e in self.eval_returns],
+            "eval_returns": [list(e) for e in m.eval_returns],
             "knobs": knobs_of(self.agent.cfg),
-            "numpy_rng": json.dumps(self.rng.bit_generator.state),
+            "numpy_rng": json.dumps(m.rng.bit_generator.state),
             "torch_rng": torch.get_rng_state(),
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        self.agent.load_state_dict(state["agent"])
+    def load_state_dict(self, state: dict, worker: int = 0) -> None:
+        """Load one worker's state (the counters are the pack's: its workers step together)."""
+        m = self.members[worker]
+        self.agent.load_state_dict(state["agent"], worker=worker)
         self.agent.set_knobs(**state["knobs"])
-        self.buffer.load_state_dict(state["buffer"])
+        m.buffer.load_state_dict(state["buffer"])
         self.step, self.updates = int(state["step"]), int(state["updates"])
         self.pretrained, self.update_credit = (
             bool(state["pretrained"]),
             float(state["update_credit"]),
         )
         self.pretrain_updates = int(state.get("pretrain_updates", 0))
-        self.eval_returns = [(int(s), float(r)) for s, r in state["eval_returns"]]
-        self.rng.bit_generator.state = json.loads(state["numpy_rng"])
+        m.eval_returns[:] = [(int(s), float(r)) for s, r in state["eval_returns"]]
+        m.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
 
     def start_at(self, step: int) -> None:
@@ -187,8 +257,9 @@ class Trainer:
 
     # logging -----------------------------------------------------------------------
     def _log(self, kind: str, **fields: object) -> None:
-        if self.run_dir is not None:
-            self.run_dir.log(kind, step=self.step, **fields)
+        """The same record in every worker's metrics."""
+        for m in self.members:
+            m.log(kind, self.step, **fields)
 
     def _evaluate(self) -> None:
         episodes, before = self.cfg.eval_episodes, self.progress.phase_name
@@ -200,17 +271,27 @@ class Trainer:
                 self.eval_hook(self)
 
         on_step(0)
-        returns = evaluate(self.agent, self.cfg, episodes, self.cfg.seed + 10_000, on_step)
-        mean = float(np.mean(returns))
-        self.eval_returns.append((self.step, mean))
-        self._log("eval", ret=mean, returns=[round(r, 3) for r in returns])
-        self.progress.set(eval_return=mean)
+        seeds = [m.seed + 10_000 for m in self.members]
+        for m, returns in zip(
+            self.members, evaluate(self.agent, self.cfg, episodes, seeds, on_step)
+        ):
+            mean = float(np.mean(returns))
+            m.eval_returns.append((self.step, mean))
+            m.log("eval", self.step, ret=mean, returns=[round(r, 3) for r in returns])
+        self.progress.set(eval_return=float(np.mean([m.eval_returns[-1][1] for m in self.members])))
         self.progress.phase(before)
+
+    def _sample(self) -> tuple[torch.Tensor, ...]:
+        """One batch per worker, each from its own buffer, stacked on the worker dimension."""
+        if len(self.members) == 1:
+            return self.buffer.sample()
+        parts = [m.buffer.sample() for m in self.members]
+        return tuple(torch.stack(tensors) for tensors in zip(*parts))
 
     def _update(self, count: int) -> None:
         info = None
         for _ in range(count):
-            info = self.agent.update(self.buffer.sample())
+            info = self.agent.update(self._sample())
             self.updates += 1
             if not self.pretrained:
                 self.pretrain_updates += 1
@@ -220,8 +301,15 @@ class Trainer:
                 self.update_hook(self)
         if info is not None and time.monotonic() - self._last_train_log > self.log_every_s:
             self._last_train_log = time.monotonic()
-            losses = {k: float(v) for k, v in info.items()}
-            self._log("train", updates=self.updates, steps_per_s=self.progress.rate, **losses)
+            for k, m in enumerate(self.members):
+                losses = {name: float(v.view(-1)[k]) for name, v in info.items()}
+                m.log(
+                    "train",
+                    self.step,
+                    updates=self.updates,
+                    steps_per_s=self.progress.rate,
+                    **losses,
+                )
 
     # the loop ----------------------------------------------------------------------
     def run(self) -> dict:
@@ -244,12 +332,16 @@ class Trainer:
         except (KeyboardInterrupt, StopTraining):
             interrupted = True
         finally:
-            if self.run_dir is not None:
+            if any(m.run_dir is not None for m in self.members):
                 self.progress.phase("saving")
                 self.progress.show(force=True)
-                save_state(self.run_dir.weights_path, self.agent.state_dict())
+                for k, m in enumerate(self.members):
+                    if m.run_dir is not None:
+                        save_state(m.run_dir.weights_path, self.agent.state_dict(k))
                 self._log("stop", reason="interrupted" if interrupted else "done")
-                self.run_dir.close()
+                for m in self.members:
+                    if m.run_dir is not None:
+                        m.run_dir.close()
             self.progress.phase("stopped" if interrupted else "done")
             self.progress.close()
             self.env.close()
@@ -261,35 +353,44 @@ class Trainer:
             "eval_returns": self.eval_returns,
         }
 
+    def _act(self, obs: np.ndarray, t0: torch.Tensor) -> np.ndarray:
+        """Actions for all envs (P * N, A): random during the seed steps (each worker from its
+        own generator), else one plan for every worker."""
+        p, n = len(self.members), self.cfg.num_envs
+        if self.step < self.cfg.resolved_seed_steps:
+            shape = (n, *self.env.single_action_space.shape)
+            return np.concatenate([m.rng.uniform(-1, 1, shape) for m in self.members])
+        packed = torch.from_numpy(obs).view(p, n, -1)
+        return self.agent.act(packed, t0=t0.view(p, n)).reshape(p * n, -1).cpu().numpy()
+
     def _train(self) -> None:
         cfg, env, n = self.cfg, self.env, self.cfg.num_envs
         seed_steps = cfg.resolved_seed_steps
-        obs, _ = env.reset(seed=cfg.seed)
-        episodes = [_Episode(obs=[o]) for o in obs]
-        t0 = torch.ones(n, dtype=torch.bool)
+        obs, _ = env.reset(seed=self.env_seeds)
+        for k, m in enumerate(self.members):
+            m.episodes = [_Episode(obs=[o]) for o in obs[k * n : (k + 1) * n]]
+        t0 = torch.ones(len(self.env_seeds), dtype=torch.bool)
         next_eval = (self.step // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else None
         if self.pretrain_updates and not self.pretrained:  # resumed from a stop mid-pretraining
             self._pretrain(seed_steps)
         while self.step < cfg.steps:
-            if self.step < seed_steps:
-                action = self.rng.uniform(-1, 1, env.action_space.shape)
-            else:
-                action = self.agent.act(torch.from_numpy(obs), t0=t0).cpu().numpy()
-            action = action.astype(np.float32)
+            action = self._act(obs, t0).astype(np.float32)
             obs, reward, terminated, truncated, info = env.step(action)
             self.step += n
             done = terminated | truncated
-            for i, ep in enumerate(episodes):
-                ep.actions.append(action[i])
-                ep.rewards.append(float(reward[i]))
-                if done[i]:
-                    ep.obs.append(info["final_obs"][i])
-                    self._finish_episode(ep, bool(terminated[i]), i)
-                    episodes[i] = _Episode(obs=[obs[i]])
-                else:
-                    ep.obs.append(obs[i])
+            for k, m in enumerate(self.members):
+                for i, ep in enumerate(m.episodes):
+                    j = k * n + i
+                    ep.actions.append(action[j])
+                    ep.rewards.append(float(reward[j]))
+                    if done[j]:
+                        ep.obs.append(info["final_obs"][j])
+                        self._finish_episode(m, ep, bool(terminated[j]), i)
+                        m.episodes[i] = _Episode(obs=[obs[j]])
+                    else:
+                        ep.obs.append(obs[j])
             t0 = torch.from_numpy(done)
-            if self.step >= seed_steps and self.buffer.can_sample():
+            if self.step >= seed_steps and all(m.buffer.can_sample() for m in self.members):
                 if not self.pretrained:
                     self._pretrain(seed_steps)
                 else:
@@ -315,14 +416,14 @@ class Trainer:
         self._update(seed_steps - self.pretrain_updates)
         self.pretrained = True
 
-    def _finish_episode(self, ep: _Episode, terminated: bool, env_index: int) -> None:
-        self.buffer.add_episode(
+    def _finish_episode(self, m: Member, ep: _Episode, terminated: bool, env_index: int) -> None:
+        m.buffer.add_episode(
             torch.from_numpy(np.stack(ep.obs)),
             torch.from_numpy(np.stack(ep.actions)),
             torch.tensor(ep.rewards),
             terminated,
         )
         ret = float(sum(ep.rewards))
-        self.episode_returns.append(ret)
-        self._log("episode", ret=ret, length=len(ep.rewards), env=env_index)
+        m.episode_returns.append(ret)
+        m.log("episode", self.step, ret=ret, length=len(ep.rewards), env=env_index)
         self.progress.set(episode_return=ret)

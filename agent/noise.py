@@ -1,0 +1,52 @@
+"""Random numbers for a pack of workers: each worker draws from its own stream.
+
+Worker k of a pack draws exactly what an agent of its own seed would draw alone, so a pack and
+separate agents of the same seeds make the same updates and plans (tests/test_pack.py). Inside
+a captured CUDA graph one call per draw matters more than separate streams: there the pack
+draws (P, ...) at once from the device's generator (`shared`), still independent per worker,
+but no longer the same numbers as a lone agent of the same seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class PackNoise:
+    def __init__(self, seeds: Sequence[int], device: torch.device, shared: bool = False):
+        self.device, self.pack, self.shared = torch.device(device), len(seeds), shared
+        self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        if shared:
+            torch.manual_seed(seeds[0])
+
+    def normal(self, *shape: int) -> torch.Tensor:
+        """(P, *shape) standard normal numbers, row k from worker k's stream."""
+        if self.shared:
+            return torch.randn(self.pack, *shape, device=self.device)
+        if self.pack == 1:
+            return torch.randn(shape, generator=self.generators[0], device=self.device)[None]
+        return torch.stack(
+            [torch.randn(shape, generator=g, device=self.device) for g in self.generators]
+        )
+
+    def uniform(self, *shape: int) -> torch.Tensor:
+        """(P, *shape) numbers uniform in [0, 1)."""
+        if self.shared:
+            return torch.rand(self.pack, *shape, device=self.device)
+        if self.pack == 1:
+            return torch.rand(shape, generator=self.generators[0], device=self.device)[None]
+        return torch.stack(
+            [torch.rand(shape, generator=g, device=self.device) for g in self.generators]
+        )
+
+    def q_pair(self, num_q: int) -> torch.Tensor:
+        """(P, 2): two distinct Q indices per worker, drawn on the device (no host sync)."""
+        return self.uniform(num_q).argsort(-1)[:, :2]
+
+    def get_state(self, worker: int) -> torch.Tensor:
+        return self.generators[worker].get_state()
+
+    def set_state(self, worker: int, state: torch.Tensor) -> None:
+        self.generators[worker].set_state(state)
