@@ -293,21 +293,47 @@ class TDMPC2:
         """Average the networks of `workers` over the worker dimension, in place on the
         device. A worker with non-finite weights is left out of the mean and reset from it
         (its Adam moments zeroed). None when no worker is finite."""
+        found = self.pack_mean(workers)
+        if found is None:
+            return None
+        mean, good, left_out = found
+        distances = self.assign(mean, workers, reset=list(left_out))
+        return PackMerge(mean, good, left_out, distances)
+
+    @torch.no_grad()
+    def pack_mean(self, workers: Sequence[int]) -> tuple[State, list[int], dict[int, str]] | None:
+        """(mean of the finite ones among `workers`, those, {left out: why}); None when none
+        is finite. Changes nothing."""
         floats = {k: t for k, t in self.model.state_dict().items() if t.is_floating_point()}
         index = torch.tensor(list(workers), device=self.device)
+        # One sum per tensor and worker: NaN and inf propagate, far cheaper than isfinite.
         sums = torch.stack(
-            [t[index].flatten(1).sum(1, dtype=torch.float64) for t in floats.values()]
+            [t[index].reshape(len(index), -1).sum(1, dtype=torch.float64) for t in floats.values()]
         )
         finite = torch.isfinite(sums).all(0).tolist()
         good = [w for w, ok in zip(workers, finite) if ok]
         if not good:
             return None
         left_out = {w: "non-finite weights" for w, ok in zip(workers, finite) if not ok}
-        mean = {k: t[good].mean(0) for k, t in floats.items()}
-        self.load_model_state(mean, workers)
-        for w in left_out:
+        return {k: t[good].mean(0) for k, t in floats.items()}, good, left_out
+
+    @torch.no_grad()
+    def assign(
+        self, state: State, workers: Sequence[int], reset: Sequence[int] = ()
+    ) -> dict[int, float]:
+        """Give `workers` the networks `state` (the merged ones); `reset` of them also lose
+        their Adam moments. Returns each other worker's L2 distance from `state` before."""
+        own = self.model.state_dict()
+        names = list(state)
+        distances = {}
+        for w in workers:
+            if w not in reset:
+                diffs = [own[k][w] - state[k].to(self.device) for k in names]
+                distances[w] = float(torch.stack([d.norm() for d in diffs]).norm())
+        self.load_model_state(state, workers)
+        for w in reset:
             self._reset_moments(w)
-        return PackMerge(mean, good, left_out)
+        return distances
 
     def _reset_moments(self, worker: int) -> None:
         for optim in (self.optim, self.pi_optim):

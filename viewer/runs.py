@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from agent.errors import UserError
 from workers.cli import config_from_args, default_run_dir, demo_requested
 from workers.presets import (
     CPU_DEMO_OVERRIDES,
@@ -27,6 +28,8 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
     if args.attach:
         Run.attach(args.attach)  # checks the directory; reads only
         return lambda: Run.attach(args.attach)
+    if args.pack is not None and args.pack < 1:
+        raise UserError(f"--pack must be at least 1, got {args.pack}")
     if args.resume:
         return lambda: Run.resume(args.resume, steps=args.steps)
     if demo_requested(args):
@@ -46,6 +49,7 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
         tensorboard=not args.no_tensorboard,
         wandb=args.wandb,
         threads_per_worker=args.threads or 0,  # 0: workers/threads.py decides
+        pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
     )
     path = args.run_dir or default_run_dir(cfg.task)
     return lambda: Run.create(path, cfg, settings)
@@ -69,6 +73,7 @@ def new_run(
         workers=workers + (1 if control_worker else 0),
         merge_every=merge_every,
         control_worker=control_worker,
+        pack=0,  # Run.create picks: a pack per GPU with CUDA, one process per worker on a CPU
     )
     path = Path(run_dir) if run_dir else default_run_dir(task)
     return lambda: Run.create(path, cfg, settings)

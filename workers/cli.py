@@ -248,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the window 2, or 4 with CUDA)",
     )
     multi.add_argument(
+        "--pack",
+        type=int,
+        default=None,
+        metavar="K",
+        help="train K workers as one batched model in one process, merging among themselves "
+        "on the device (default: with CUDA all of a GPU's workers; on the CPU 1: one process "
+        "per worker)",
+    )
+    multi.add_argument(
         "--merge-every",
         type=int,
         default=None,
@@ -302,6 +311,7 @@ def build_bench_parser() -> argparse.ArgumentParser:
         "--merge", type=int, default=0, metavar="N", help="time a merge of N workers"
     )
     parser.add_argument("--live", type=int, default=0, metavar="N", help="knob lag, player cost")
+    parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
     parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
@@ -382,14 +392,17 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
             wandb=args.wandb,
             threads_per_worker=args.threads or 0,
             max_restarts=3 if args.max_restarts is None else args.max_restarts,
+            pack=args.pack or 0,
         )
         run = Run.create(args.run_dir or default_run_dir(cfg.task), cfg, settings)
         warning = steps_warning(run.cfg)
         if warning:
             print(warning, file=sys.stderr)
-    threads = choose_threads(len(run.settings.active), run.settings.threads_per_worker or None)
+    packs = run.settings.packs
+    threads = choose_threads(len(packs), run.settings.threads_per_worker or None)
+    shape = "" if run.settings.pack == 1 else f" in {len(packs)} pack{'s' * (len(packs) > 1)}"
     print(
-        f"{run.settings.workers} workers on {run.cfg.task}; run directory {run.path}\n"
+        f"{run.settings.workers} workers{shape} on {run.cfg.task}; run directory {run.path}\n"
         f"{threads.describe()}",
         file=sys.stderr,
     )
@@ -483,6 +496,12 @@ def main(argv: list[str]) -> int:
             raise UserError("--attach watches a run in the window: leave out --headless")
         check_threads(args.threads)
         stops.install()  # Ctrl+C and SIGTERM: a clean stop from here on
+        if args.pack is not None and args.pack < 1:
+            raise UserError(f"--pack must be at least 1, got {args.pack}")
+        if args.pack is not None and args.resume:
+            raise UserError("--pack is chosen when a run starts: a resumed run keeps its own")
+        if args.pack is not None and args.workers is None:
+            raise UserError("--pack packs the workers of --workers N: give --workers too")
         if args.workers is not None or args.resume:
             return run_workers(args, stops)
         return run_headless(args, stops)

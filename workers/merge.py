@@ -12,6 +12,8 @@ merge/members.json before each merge (the run rewrites it when a worker is added
 so a removed worker is not waited for and an added one joins the next round. Each file also
 records the agent step of its weights (merged.pt: the largest among the participants), which the
 showcase shows.
+A pack of workers in one process (agent/agent.py) averages its own workers first and takes part
+as one file: the mean of its finite workers, how many they are, and which indices it covers.
 A torch.distributed backend only has to implement `merge` with an all-reduce.
 """
 
@@ -44,19 +46,23 @@ def is_finite(state: State) -> bool:
     return bool(torch.isfinite(sums).all())
 
 
-def average_states(states: list[State]) -> State:
-    """Element-wise mean of several model state dicts of the same shapes."""
+def average_states(states: list[State], counts: list[int] | None = None) -> State:
+    """Element-wise mean of several model state dicts of the same shapes. `counts`: how many
+    workers each state is the mean of (a pack's), so that every worker weighs the same."""
     if not states:
         raise ValueError("nothing to average")
+    counts = counts or [1] * len(states)
     keys = states[0].keys()
     for other in states[1:]:
         if other.keys() != keys:
             raise WeightsError("workers' weights have different keys: not the same model")
     floats = [k for k in keys if states[0][k].is_floating_point()]
     total = [states[0][k].clone() for k in floats]
-    for other in states[1:]:
-        torch._foreach_add_(total, [other[k].to(total[0].device) for k in floats])
-    torch._foreach_div_(total, float(len(states)))
+    if counts[0] != 1:
+        torch._foreach_mul_(total, float(counts[0]))
+    for other, count in zip(states[1:], counts[1:]):
+        torch._foreach_add_(total, [other[k].to(total[0].device) for k in floats], alpha=count)
+    torch._foreach_div_(total, float(sum(counts)))
     out = {k: v.clone() for k, v in states[0].items() if k not in floats}
     out.update(zip(floats, total))
     return {k: out[k] for k in keys}
@@ -67,6 +73,17 @@ def distance(state: State, reference: State) -> float:
     keys = [k for k, t in state.items() if t.is_floating_point()]
     diffs = torch._foreach_sub([state[k] for k in keys], [reference[k] for k in keys])
     return float(torch.stack(torch._foreach_norm(diffs)).norm())
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A worker's (or a pack's) weights file as read."""
+
+    round: int
+    model: State
+    step: int | None
+    members: tuple[int, ...]  # the workers whose mean it is
+    covers: tuple[int, ...]  # the workers it stands for
 
 
 class MergeStopped(Exception):
@@ -154,19 +171,31 @@ class FileMergeBackend:
     def _lock(self, path: Path) -> DirLock:
         return DirLock(str(path) + ".lock", timeout=self.timeout_s)
 
-    def publish(self, worker: int, round_: int, state: State, step: int | None = None) -> None:
+    def publish(
+        self,
+        worker: int,
+        round_: int,
+        state: State,
+        step: int | None = None,
+        members: tuple[int, ...] = (),
+        covers: tuple[int, ...] = (),
+    ) -> None:
+        """Write `worker`'s weights for round `round_`; a pack's are the mean of its workers
+        `members` and stand for all of `covers` (a worker left out included)."""
         path = self._path(worker)
         payload = {
             "round": round_,
             "time": time.time(),
             "model": {k: v.cpu() for k, v in state.items()},
+            "members": sorted(members or (worker,)),
+            "covers": sorted({worker, *members, *covers}),
         }
         if step is not None:  # the showcase labels these weights with their agent step
             payload["step"] = int(step)
         with self._lock(path):
             save_state(path, payload)
 
-    def _read(self, worker: int) -> tuple[int, State, int | None] | str:
+    def _read(self, worker: int) -> _Entry | str:
         path = self._path(worker)
         if not path.exists():
             return "no weights yet"
@@ -174,38 +203,57 @@ class FileMergeBackend:
             with self._lock(path):
                 payload = load_state(path)
             step = payload.get("step")
-            return int(payload["round"]), payload["model"], None if step is None else int(step)
+            return _Entry(
+                int(payload["round"]),
+                payload["model"],
+                None if step is None else int(step),
+                tuple(int(w) for w in payload.get("members", (worker,))),
+                tuple(int(w) for w in payload.get("covers", (worker,))),
+            )
         except (WeightsError, KeyError, TypeError, ValueError) as err:
             return f"unreadable weights file ({err})"
 
     def read(self, worker: int) -> tuple[int, State] | str:
         """(round, weights) of a worker's newest file, or the reason it cannot be used."""
         entry = self._read(worker)
-        return entry if isinstance(entry, str) else entry[:2]
+        return entry if isinstance(entry, str) else (entry.round, entry.model)
 
     def merge(
-        self, worker: int, round_: int, state: State, step: int | None = None
+        self,
+        worker: int,
+        round_: int,
+        state: State,
+        step: int | None = None,
+        members: tuple[int, ...] = (),
+        covers: tuple[int, ...] = (),
     ) -> MergeResult | None:
+        """Merge round `round_`: `state` is `worker`'s weights, or (a pack) the mean of its
+        workers `members`, standing for all of `covers`. Returns the mean over every worker
+        (each weighs the same, whether it came alone or in a pack)."""
         if not is_finite(state):
             return None
-        self.publish(worker, round_, state, step)
+        self.publish(worker, round_, state, step, members, covers)
         deadline = time.monotonic() + self.timeout_s
         while True:
             found: dict[int, State] = {worker: state}
-            steps = {worker: step}
+            inside, steps = {worker: members or (worker,)}, {worker: step}
             left_out: dict[int, str] = {}
-            for other in self.members():
-                if other == worker:
+            covered = {worker, *covers}
+            for other in self.members():  # a pack's file is its lowest index: read first
+                if other in covered:
                     continue
                 entry = self._read(other)
                 if isinstance(entry, str):
                     left_out[other] = entry
-                elif entry[0] < round_:
-                    left_out[other] = f"behind (round {entry[0]} < {round_})"
-                elif not is_finite(entry[1]):
+                    continue
+                covered.update(entry.covers)
+                if entry.round < round_:
+                    left_out[other] = f"behind (round {entry.round} < {round_})"
+                elif not is_finite(entry.model):
                     left_out[other] = "non-finite weights"
                 else:
-                    found[other], steps[other] = entry[1], entry[2]
+                    found[other], steps[other] = entry.model, entry.step
+                    inside[other] = entry.members
             waiting = [w for w, why in left_out.items() if why.startswith(("behind", "no weights"))]
             if not waiting or time.monotonic() >= deadline:
                 break
@@ -218,11 +266,11 @@ class FileMergeBackend:
                 warnings.warn(
                     f"worker {other} left out of merge round {round_}: {why}", stacklevel=2
                 )
-        merged = average_states(list(found.values()))
+        merged = average_states(list(found.values()), [len(inside[w]) for w in found])
         result = MergeResult(
             merged=merged,
             round=round_,
-            participants=sorted(found),
+            participants=sorted(w for file in found for w in inside[file]),
             left_out=left_out,
             distances={w: distance(s, merged) for w, s in found.items()},
         )

@@ -29,6 +29,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from agent.agent import resolve_device
 from agent.config import Config, knobs_of
 from agent.envs import resolve_task
@@ -82,6 +84,7 @@ class RunSettings:
     tensorboard: bool = True  # event files in tb/worker-K/ (when TensorBoard is installed)
     wandb: bool = False  # each worker also logs to Weights & Biases
     max_restarts: int = 3  # automatic restarts of a crashed worker, per worker (0: none)
+    pack: int = 1  # workers trained as one batched model in one process (0: Run.create picks)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
@@ -93,6 +96,28 @@ class RunSettings:
             raise ConfigError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
         if not 0 <= self.max_restarts <= 1000:
             raise ConfigError(f"max_restarts must be in [0, 1000], got {self.max_restarts}")
+        if self.pack < 0:
+            raise ConfigError(f"pack must be at least 1, got {self.pack}")
+        if self.pack > self.workers - self.added:
+            raise ConfigError(
+                f"a pack of {self.pack} is larger than the run's {self.workers - self.added} "
+                "workers: give --pack at most --workers"
+            )
+
+    @property
+    def packs(self) -> list[list[int]]:
+        """Workers trained together, one process each: the run's first workers in packs of
+        `pack` (the last one smaller if need be), each worker added later alone; removed
+        workers left out."""
+        first, size = self.workers - self.added, max(self.pack, 1)
+        groups = [list(range(i, min(i + size, first))) for i in range(0, first, size)]
+        groups += [[i] for i in range(first, self.workers)]
+        kept = [[i for i in g if i not in self.removed] for g in groups]
+        return [g for g in kept if g]
+
+    def pack_of(self, index: int) -> list[int]:
+        """The workers that share `index`'s process (itself alone when not in a pack)."""
+        return next((g for g in self.packs if index in g), [index])
 
     @property
     def control_index(self) -> int | None:
@@ -286,6 +311,20 @@ def _why(err: Exception, path: Path) -> str:
     return f"{type(err).__name__}: {err}"
 
 
+def gpu_count(cfg: Config) -> int:
+    """GPUs the run's workers may use (0: they train on the CPU)."""
+    if resolve_device(cfg.device).type != "cuda":
+        return 0
+    return 1 if ":" in cfg.device else torch.cuda.device_count()
+
+
+def default_pack(workers: int, cfg: Config) -> int:
+    """On CUDA one pack per visible GPU (the workers split across them); on the CPU one process
+    per worker, which was as fast as a pack there (BENCHMARKS.md, "Packs on the CPU")."""
+    gpus = gpu_count(cfg)
+    return -(-workers // gpus) if gpus else 1
+
+
 class Run:
     def __init__(
         self,
@@ -395,6 +434,8 @@ class Run:
             # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
             # planner adds 2 for large action spaces to any value, as the reference does.
             cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
+        if settings.pack == 0:
+            settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
         validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
         run_dir = RunDir.create(path)
@@ -466,6 +507,11 @@ class Run:
     ) -> WorkerSpec:
         s = self.settings
         cfg = dataclasses.replace(self.cfg, seed=self.cfg.seed + 1000 * index)
+        gpus = gpu_count(cfg)
+        if gpus > 1:  # each pack on its own GPU, in turn
+            packs = s.packs
+            number = next((n for n, g in enumerate(packs) if index in g), len(packs))
+            cfg = dataclasses.replace(cfg, device=f"cuda:{number % gpus}")
         return WorkerSpec(
             index=index,
             run_path=str(self.path),
@@ -474,7 +520,7 @@ class Run:
             merge_with=tuple(s.merging) if index in s.merging else (),
             merge_timeout_s=s.merge_timeout_s,
             checkpoint_every=s.checkpoint_every,
-            threads=choose_threads(len(s.active), s.threads_per_worker or None).threads,
+            threads=choose_threads(len(s.packs), s.threads_per_worker or None).threads,
             resume=resume,
             start_from_merged=from_merged,
             join_step=join_step,
@@ -484,22 +530,29 @@ class Run:
             merge_every=int(self.knob_values()[1]["merge_every"]),
         )
 
-    def _spawn(self, spec: WorkerSpec) -> None:
-        snapshot = self._ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False)
-        leave, checkpoint = self._ctx.Event(), self._ctx.Event()
-        join = self._ctx.Value("q", spec.join_step, lock=False)
+    def _spawn(self, specs: list[WorkerSpec]) -> None:
+        """One process for these workers (a pack, or one worker), each with its own snapshot
+        and events."""
+        snapshots = [self._ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False) for _ in specs]
+        leaves = [self._ctx.Event() for _ in specs]
+        checkpoints = [self._ctx.Event() for _ in specs]
+        joins = [self._ctx.Value("q", spec.join_step, lock=False) for spec in specs]
+        names = "-".join(str(spec.index) for spec in specs)
         process = self._ctx.Process(
             target=worker_main,
-            args=(spec, snapshot, self._pause, self._stop, checkpoint, leave, join),
-            name=f"tdmpc2-worker-{spec.index}",
+            args=(specs, snapshots, self._pause, self._stop, checkpoints, leaves, joins),
+            name=f"tdmpc2-worker-{names}",
             daemon=True,
         )
         with children_ignore_ctrl_c():  # the run stops its workers itself (checkpoints)
             process.start()
         with self._lock:
-            self._procs[spec.index] = _Process(
-                spec, process, snapshot, leave, checkpoint, join, started=time.time()
-            )
+            for spec, snapshot, leave, checkpoint, join in zip(
+                specs, snapshots, leaves, checkpoints, joins
+            ):
+                self._procs[spec.index] = _Process(
+                    spec, process, snapshot, leave, checkpoint, join, started=time.time()
+                )
 
     def start(self, nice: int = 0) -> None:
         """Spawn the workers. `nice` lowers their CPU priority: a window started them, and its
@@ -511,8 +564,8 @@ class Run:
         for index in range(self.settings.workers):  # tell only of what happens from now on
             path = self.path / metrics_name(index)
             self._scanned[index] = path.stat().st_size if path.exists() else 0
-        for index in self.settings.active:
-            self._spawn(self._spec(index, resume=self.resumed))
+        for pack in self.settings.packs:
+            self._spawn([self._spec(index, resume=self.resumed) for index in pack])
         self._monitor = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
         self._monitor.start()
 
@@ -523,17 +576,21 @@ class Run:
             raise UserError(f"worker {index} was removed from the run; add a new one instead")
         if self._attached:
             return self._ask_owner("restart_worker", worker=index)
+        pack = self.settings.pack_of(index)
         with self._lock:
             old = self._procs.get(index)
             if old is not None and old.process.is_alive():
                 raise UserError(f"worker {index} is still running")
-            self._reported_dead.discard(index)
-            # Asked for by hand: a fresh allowance of automatic restarts.
-            self._restarts.pop(index, None)
-            self._restart_at.pop(index, None)
-            self._rejoin.add(index)
-            spec = self._spec(index, resume=True, from_merged=True, join_step=self._join_step())
-            self._spawn(spec)
+            join_step = self._join_step()
+            for member in pack:  # a pack starts again as a whole, in one process
+                self._reported_dead.discard(member)
+                # Asked for by hand: a fresh allowance of automatic restarts.
+                self._restarts.pop(member, None)
+                self._restart_at.pop(member, None)
+                self._rejoin.add(member)
+            self._spawn(
+                [self._spec(m, resume=True, from_merged=True, join_step=join_step) for m in pack]
+            )
 
     def _join_step(self) -> int:
         """Where a worker starting from the merged weights begins counting agent steps: with the
@@ -564,7 +621,7 @@ class Run:
         self._save_settings(
             dataclasses.replace(self.settings, workers=index + 1, added=self.settings.added + 1)
         )
-        self._spawn(self._spec(index, resume=False, from_merged=True, join_step=join_step))
+        self._spawn([self._spec(index, resume=False, from_merged=True, join_step=join_step)])
         return index
 
     def remove_worker(self, index: int) -> None:
@@ -575,6 +632,13 @@ class Run:
             raise UserError(f"worker {index} is not in the run (workers: {s.active})")
         if len(s.active) == 1:
             raise UserError("a run needs at least one worker: stop the run instead")
+        pack = s.pack_of(index)
+        if len(pack) > 1:
+            raise UserError(
+                f"worker {index} trains in one process with workers {pack} (a pack of "
+                f"{len(pack)}), and a pack cannot shrink while it runs: pause the run, or "
+                "stop it and resume with fewer workers"
+            )
         if self._attached:
             return self._ask_owner("remove_worker", worker=index)
         with self._lock:
@@ -853,7 +917,8 @@ class Run:
         merges at once, records why and restarts it with a back-off (see _ended)."""
         while not self._stop.is_set():
             with self._lock:
-                waiting = [p.process.sentinel for p in self._procs.values() if not p.handled]
+                # A pack's workers share one process: wait on it once.
+                waiting = list({p.process.sentinel for p in self._procs.values() if not p.handled})
             try:
                 # Returns as soon as a worker exits; else after MONITOR_S.
                 multiprocessing.connection.wait(waiting, timeout=MONITOR_S)
@@ -1022,11 +1087,18 @@ class Run:
 
     def _restart(self, index: int) -> None:
         """An automatic restart, from the merged weights at the step of the running workers
-        (it joins the merges again once it runs: _follow_rejoin)."""
+        (it joins the merges again once it runs: _follow_rejoin). A pack starts again as a
+        whole: the first of its workers due spawns it, the others find it running."""
         self._restarts[index] = self._restarts.get(index, 0) + 1
         self._rejoin.add(index)
         self._reported_dead.discard(index)
-        self._spawn(self._spec(index, resume=False, from_merged=True, join_step=self._join_step()))
+        if self._procs[index].process.is_alive():
+            return
+        pack = self.settings.pack_of(index)
+        join_step = self._join_step()
+        self._spawn(
+            [self._spec(m, resume=False, from_merged=True, join_step=join_step) for m in pack]
+        )
 
     def _follow_rejoin(self, index: int) -> None:
         """While a restarted worker starts, keep its starting step at the others' step (it

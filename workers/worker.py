@@ -1,5 +1,7 @@
-"""One training worker process: its own seed, env(s), buffer and agent, merging every
-`merge_every` agent steps, applying live knobs between agent steps, checkpointing.
+"""One training process: one worker, or a pack of workers trained as one batched model
+(agent/agent.py), each with its own seed, env(s), buffer and metrics file; merging every
+`merge_every` agent steps (a pack first among its own workers, on the device), applying live
+knobs between agent steps (to every worker of a pack at the same step), checkpointing each.
 
 Talks to the run through the run directory (knobs, metrics, merges, checkpoints: the source of
 truth) and a small shared snapshot array (latest-wins progress), plus events for pause, stop and
@@ -21,7 +23,7 @@ from agent.config import Config, knobs_of
 from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
-from workers.merge import FileMergeBackend, MergeStopped, is_finite
+from workers.merge import FileMergeBackend, MergeStopped
 from workers.rundir import (
     RunDir,
     human_size,
@@ -62,6 +64,7 @@ STATES = (
 )
 
 
+_LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
 RUN_DIR_GONE = 3  # a worker's exit code when its run directory vanished
@@ -118,39 +121,45 @@ def checkpoint_path(run_path: str | Path, index: int) -> Path:
 
 
 class WorkerHooks:
-    """Called by the trainer after every agent step."""
+    """Called by the trainer after every agent step, for all the workers of its process (one,
+    or a pack: lists with one entry per worker)."""
 
     def __init__(
         self,
-        spec: WorkerSpec,
+        specs: list[WorkerSpec],
         trainer: Trainer,
-        snapshot,
+        snapshots: list,
         pause,
         stop,
-        checkpoint,
-        leave,
+        checkpoints: list,
+        leaves: list,
         terminated=None,
         start_knobs: tuple[int, int] | None = None,
     ):
-        """`start_knobs`: (knob version, merge_every) this worker last applied, from its
-        checkpoint."""
-        self.spec, self.trainer = spec, trainer
-        self.snapshot, self.pause_event, self.checkpoint_event = snapshot, pause, checkpoint
-        # The whole run stops, this worker leaves it, or it was sent SIGTERM itself.
-        self.stop_events = tuple(e for e in (stop, leave, terminated) if e is not None)
+        """`start_knobs`: (knob version, merge_every) these workers last applied, from their
+        checkpoints."""
+        spec = specs[0]  # run-wide fields are the same in every worker's spec
+        self.specs, self.spec, self.trainer = specs, spec, trainer
+        self.snapshots, self.pause_event, self.checkpoint_events = snapshots, pause, checkpoints
+        # The whole run stops, a worker leaves it, or the process was sent SIGTERM itself.
+        self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
         self.parent = os.getppid()
         self.run_dir_id, self._next_dir_check = dir_identity(spec.run_path), 0.0
         self._disk_paused: tuple[float, OSError, Path] | None = None  # since, error, path
-        trainer.run_dir.on_write_error = self.wait_for_disk
+        for member in trainer.members:
+            member.run_dir.on_write_error = self.wait_for_disk
+        # Positions (in the pack) of the workers that merge: the control worker does not.
+        self.merging = [k for k, sp in enumerate(specs) if sp.merge_with]
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
         self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
+        merge_with = next((sp.merge_with for sp in specs if sp.merge_with), ())
         self.backend = (
             FileMergeBackend(
-                spec.run_path, list(spec.merge_with), spec.merge_timeout_s, stop=self._stopping
+                spec.run_path, list(merge_with), spec.merge_timeout_s, stop=self._stopping
             )
-            if spec.merge_with
+            if merge_with
             else None
         )
         self.last_round = trainer.step // self.merge_every
@@ -163,8 +172,10 @@ class WorkerHooks:
         self.apply_knobs()
 
     def set(self, **values: float) -> None:
-        for name, value in values.items():
-            self.snapshot[SNAPSHOT_FIELDS.index(name)] = value
+        """The same values in every worker's snapshot."""
+        for snapshot in self.snapshots:
+            for name, value in values.items():
+                snapshot[SNAPSHOT_FIELDS.index(name)] = value
 
     def in_force(self) -> dict:
         """The knob values this worker runs with now."""
@@ -228,64 +239,82 @@ class WorkerHooks:
         self.set(knob_version=version)
 
     def merge(self) -> None:
-        t = self.trainer
+        """A merge round: a pack averages its merging workers on the device; with workers in
+        other processes that mean (weighing as many workers as it holds) goes through the
+        file backend. A worker with non-finite weights is left out and reset from the mean."""
+        t, agent = self.trainer, self.trainer.agent
         round_ = t.step // self.merge_every
-        if self.backend.members() == [self.spec.index] and not self.backend.down:
-            # Alone (so far): still publish the weights as the merged ones, for the showcase
-            # and for a worker added later, but a merge of one is no merge to report (one
-            # with workers down is: it says who is left out, and that nobody waited).
-            state = self._model_state()
-            if is_finite(state):
-                self._guarded(
-                    lambda: self.backend.publish_merged(round_, state, [self.spec.index], t.step)
-                )
-            self.last_round = round_
-            return
+        own = [self.specs[k].index for k in self.merging]
+        index_of = dict(zip(self.merging, own))
+        others = [w for w in self.backend.members() if w not in own]
         self.set(state=STATES.index("merging"))
         start = time.perf_counter()
-        try:
-            state = self._model_state()
-            result = self._guarded(
-                lambda: self.backend.merge(self.spec.index, round_, state, step=t.step)
-            )
-        except MergeStopped:
-            # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
-            t._log("merge_stopped", round=round_)
-            raise StopTraining from None
-        if result is None:
+        pack = agent.pack_mean(self.merging)
+        if pack is None:
             t._log("merge_skipped", round=round_, reason="own weights are not finite")
+            self.last_round = round_
+            return
+        mean, good, bad = pack
+        participants = [index_of[k] for k in good]
+        left_out = {index_of[k]: why for k, why in bad.items()}
+        if others or self.backend.down:
+            state = {k: v.detach().cpu() for k, v in mean.items()}
+            try:
+                result = self._guarded(
+                    lambda: self.backend.merge(
+                        own[0], round_, state, t.step, tuple(participants), tuple(own)
+                    )
+                )
+            except MergeStopped:
+                # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
+                t._log("merge_stopped", round=round_)
+                raise StopTraining from None
+            merged, participants = result.merged, result.participants
+            left_out.update(result.left_out)
         else:
-            t.agent.model.load_state_dict(result.merged)
+            # Every merging worker is here: no files to wait for. The merged weights are
+            # still published, for the showcase and for a worker added later.
+            merged = mean
+            published = {k: v.detach().cpu() for k, v in mean.items()}
+            self._guarded(
+                lambda: self.backend.publish_merged(round_, published, participants, t.step)
+            )
+        distances = agent.assign(merged, self.merging, reset=list(bad))
+        self.last_round = round_
+        if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
             self.merges += 1
             t._log(
                 "merge",
                 round=round_,
-                participants=result.participants,
-                left_out={str(k): v for k, v in result.left_out.items()},
-                distances={str(k): round(v, 6) for k, v in result.distances.items()},
+                participants=participants,
+                left_out={str(k): v for k, v in left_out.items()},
+                distances={str(index_of[k]): round(v, 6) for k, v in distances.items()},
                 merge_ms=round((time.perf_counter() - start) * 1000, 2),
             )
-        self.last_round = round_
         self.set(merges=self.merges)
 
-    def _model_state(self) -> dict:
-        return {k: v.detach().cpu() for k, v in self.trainer.agent.model.state_dict().items()}
-
     def checkpoint(self) -> None:
-        path = checkpoint_path(self.spec.run_path, self.spec.index)
-        path.parent.mkdir(exist_ok=True)
-        state = self.trainer.state_dict()  # its "knobs": the agent's values in force
-        state.update(knob_version=self.knob_version, merge_every=self.merge_every)
-        data = state_bytes(state)
-        # The previous one stays until this one is complete; a full disk: wait, try again.
-        self.trainer.run_dir.guarded(path, len(data), lambda: save_checkpoint(path, data))
-        self.trainer._log("checkpoint", path=str(path))
+        """One checkpoint per worker: worker-K.pt of a pack is a lone worker's."""
+        for k, spec in enumerate(self.specs):
+            member = self.trainer.members[k]
+            path = checkpoint_path(spec.run_path, spec.index)
+            path.parent.mkdir(exist_ok=True)
+            state = self.trainer.state_dict(k)  # its "knobs": the agent's values in force
+            state.update(knob_version=self.knob_version, merge_every=self.merge_every)
+            data = state_bytes(state)
+            # The previous one stays until this one is complete; a full disk: wait, retry.
+            member.run_dir.guarded(path, len(data), lambda p=path, d=data: save_checkpoint(p, d))
+            member.log("checkpoint", self.trainer.step, path=str(path))
+
+    def _checkpoint_asked(self) -> bool:
+        asked = any(event.is_set() for event in self.checkpoint_events)
+        for event in self.checkpoint_events:
+            event.clear()
+        return asked
 
     def _guarded(self, write):
         """A merge file write, tried again while the disk is full (see wait_for_disk)."""
-        size = sum(
-            t.numel() * t.element_size() for t in self.trainer.agent.model.state_dict().values()
-        )
+        size = sum(t.numel() * t.element_size() for t in self.trainer.agent.model_state().values())
         return self.trainer.run_dir.guarded(self.backend.dir, size, write)
 
     def wait_for_disk(self, err: OSError, path: Path, size: int) -> None:
@@ -352,8 +381,7 @@ class WorkerHooks:
         self.check_run_dir()
         if self._disk_paused is not None:
             self._disk_resumed()
-        if self.checkpoint_event.is_set():
-            self.checkpoint_event.clear()
+        if self._checkpoint_asked():
             self.checkpoint()
         self.obey_pause_and_stop()
         self.set(state=STATES.index("pretraining"), updates=trainer.updates, heartbeat=time.time())
@@ -385,8 +413,7 @@ class WorkerHooks:
         self.apply_knobs()
         if self.backend is not None and trainer.step // self.merge_every > self.last_round:
             self.merge()
-        if trainer.step >= self.next_checkpoint or self.checkpoint_event.is_set():
-            self.checkpoint_event.clear()
+        if self._checkpoint_asked() or trainer.step >= self.next_checkpoint:
             self.checkpoint()
             self.next_checkpoint = (
                 trainer.step // self.spec.checkpoint_every + 1
@@ -395,78 +422,109 @@ class WorkerHooks:
         phase = "training" if trainer.pretrained else "seeding"
         if phase == "seeding":
             self._phase_record(phase)
-        returns = trainer.episode_returns
         self.set(
             step=trainer.step,
             steps_per_s=trainer.progress.rate,
-            last_return=returns[-1] if returns else float("nan"),
             state=STATES.index(phase),
             updates=trainer.updates,
             heartbeat=time.time(),
         )
+        for snapshot, member in zip(self.snapshots, trainer.members):
+            returns = member.episode_returns
+            snapshot[_LAST_RETURN] = returns[-1] if returns else float("nan")
 
 
-def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join=None) -> None:
-    """Entry point of a spawned worker process. `join` (a shared Value, optional): the step to
-    count on from when starting from the merged weights, kept current by the run while this
-    process starts (so that its merge rounds line up with the others' when it is ready)."""
+def _start(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int, int] | None:
+    """Worker k of the process resumes from its checkpoint, or starts from the merged weights,
+    or fresh. Returns the (knob version, merge_every) its checkpoint applied last, if any."""
+    run = trainer.members[k].run_dir
+    ckpt = checkpoint_path(spec.run_path, spec.index)
+    if spec.resume and (ckpt.exists() or previous_path(ckpt).exists()):
+        # The newest complete checkpoint: a damaged one falls back to the previous.
+        state, used, passed_over = load_checkpoint(ckpt, trainer.agent.device)
+        trainer.load_state_dict(state, worker=k)
+        fallback = None
+        if passed_over:
+            fallback = (
+                f"worker {spec.index}: {passed_over}; resumed from the previous checkpoint "
+                f"{used.name} at step {trainer.step}"
+            )
+        run.log("resumed", step=trainer.step, checkpoint=used.name, fallback=fallback)
+        if "merge_every" in state:  # older checkpoints kept no merge frequency
+            return int(state.get("knob_version", -1)), int(state["merge_every"])
+    elif spec.start_from_merged:
+        merged = Path(spec.run_path) / "merge" / "merged.pt"
+        join_step = max(spec.join_step, int(join.value) if join is not None else 0)
+        if merged.exists():
+            weights = trainer.agent.checked_model_state(
+                load_state(merged, trainer.agent.device)["model"]
+            )
+            trainer.agent.load_model_state(weights, [k])
+            trainer.start_at(join_step)
+            run.log("started_from_merged", step=trainer.step)
+        elif join_step > 0:
+            # Restarted before any merge: fresh weights, but in step with the others.
+            trainer.start_at(join_step)
+            run.log("started_fresh", step=trainer.step)
+    return None
+
+
+def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) -> None:
+    """Entry point of a spawned training process: one worker, or a pack (lists with one
+    entry per worker; a single worker's may be given bare). `joins` (shared Values,
+    optional): the step to count on from when starting from the merged weights, kept current
+    by the run while this process starts (so that its merge rounds line up with the others'
+    when it is ready)."""
+    if isinstance(specs, WorkerSpec):
+        specs, snapshots, checkpoints, leaves = [specs], [snapshots], [checkpoints], [leaves]
+        joins = [joins]
+    joins = joins or [None] * len(specs)
     terminated = child_signals()
+    spec = specs[0]
     apply_threads(spec.threads)
     if spec.nice:
         os.nice(spec.nice)
-    run = RunDir(spec.run_path, metrics=metrics_name(spec.index), weights=f"worker-{spec.index}.pt")
-    snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("starting")
+    runs = [
+        RunDir(sp.run_path, metrics=metrics_name(sp.index), weights=f"worker-{sp.index}.pt")
+        for sp in specs
+    ]
+    names = ", ".join(str(sp.index) for sp in specs)
+    who = f"worker {names}" if len(specs) == 1 else f"workers {names} (a pack)"
+
+    def set_state(state: str) -> None:
+        for snapshot in snapshots:
+            snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index(state)
+
+    set_state("starting")
     identity = dir_identity(spec.run_path)
     gone = (
-        f"worker {spec.index} stopped: the run directory {spec.run_path} vanished (deleted or "
-        "moved); nothing more is written, so no partial run is made where it was"
+        f"{who} stopped: the run directory {spec.run_path} vanished (deleted or moved); "
+        "nothing more is written, so no partial run is made where it was"
     )
     if identity is None:
         print(gone, file=sys.stderr)
-        snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("stopped")
+        set_state("stopped")
         raise SystemExit(RUN_DIR_GONE)
     try:
-        cfg = Config(**spec.cfg)
-        trainer = Trainer(cfg, run, progress=False, write_config=False)
-        attach_exporters(
-            run, cfg, tensorboard=spec.tensorboard, wandb=spec.wandb, worker=spec.index
+        cfgs = [Config(**sp.cfg) for sp in specs]
+        trainer = Trainer(
+            cfgs[0], runs, progress=False, write_config=False, seeds=[c.seed for c in cfgs]
         )
-        ckpt = checkpoint_path(spec.run_path, spec.index)
+        for sp, run in zip(specs, runs):
+            attach_exporters(
+                run, cfgs[0], tensorboard=sp.tensorboard, wandb=sp.wandb, worker=sp.index
+            )
         start_knobs = None
-        if spec.resume and (ckpt.exists() or previous_path(ckpt).exists()):
-            # The newest complete checkpoint: a damaged one falls back to the previous.
-            state, used, passed_over = load_checkpoint(ckpt, trainer.agent.device)
-            trainer.load_state_dict(state)
-            if "merge_every" in state:  # older checkpoints kept no merge frequency
-                start_knobs = (int(state.get("knob_version", -1)), int(state["merge_every"]))
-            fallback = None
-            if passed_over:
-                fallback = (
-                    f"worker {spec.index}: {passed_over}; resumed from the previous checkpoint "
-                    f"{used.name} at step {trainer.step}"
-                )
-            run.log("resumed", step=trainer.step, checkpoint=used.name, fallback=fallback)
-        elif spec.start_from_merged:
-            merged = Path(spec.run_path) / "merge" / "merged.pt"
-            join_step = max(spec.join_step, int(join.value) if join is not None else 0)
-            if merged.exists():
-                trainer.agent.model.load_state_dict(
-                    load_state(merged, trainer.agent.device)["model"]
-                )
-                trainer.start_at(join_step)
-                run.log("started_from_merged", step=trainer.step)
-            elif join_step > 0:
-                # Restarted before any merge: fresh weights, but in step with the others.
-                trainer.start_at(join_step)
-                run.log("started_fresh", step=trainer.step)
+        for k, sp in enumerate(specs):
+            start_knobs = _start(sp, trainer, k, joins[k]) or start_knobs
         hooks = WorkerHooks(
-            spec,
+            specs,
             trainer,
-            snapshot,
+            snapshots,
             pause,
             stop,
-            checkpoint,
-            leave,
+            checkpoints,
+            leaves,
             terminated,
             start_knobs=start_knobs,
         )
@@ -474,22 +532,24 @@ def worker_main(spec: WorkerSpec, snapshot, pause, stop, checkpoint, leave, join
         trainer.eval_hook = hooks.during_evaluation
         summary = trainer.run()
         hooks.checkpoint()
-        final = "stopped" if summary["interrupted"] else "done"
-        snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index(final)
+        set_state("stopped" if summary["interrupted"] else "done")
     except Exception as err:
         if dir_identity(spec.run_path) != identity:  # whatever failed, this is the cause
-            if run._metrics_fd is not None:  # the open file moved with the directory
-                run.log("run_dir_gone", message=gone)
+            for run in runs:
+                if run._metrics_fd is not None:  # the open file moved with the directory
+                    run.log("run_dir_gone", message=gone)
             print(gone, file=sys.stderr)
-            snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("stopped")
+            set_state("stopped")
             raise SystemExit(RUN_DIR_GONE) from None
-        run.on_write_error = None  # no waiting for space now: the error is told, or printed
         message = f"{type(err).__name__}: {err}"
-        try:
-            run.log("error", message=message, traceback=traceback.format_exc())
-        except OSError as log_err:
-            print(f"worker {spec.index}: {message} (not recorded: {log_err})", file=sys.stderr)
-        snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index("crashed")
+        for run in runs:
+            run.on_write_error = None  # no waiting for space now: the error is told, or printed
+            try:
+                run.log("error", message=message, traceback=traceback.format_exc())
+            except OSError as log_err:
+                print(f"{who}: {message} (not recorded: {log_err})", file=sys.stderr)
+        set_state("crashed")
         raise SystemExit(1) from None
     finally:
-        run.close()
+        for run in runs:
+            run.close()
