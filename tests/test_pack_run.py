@@ -1,0 +1,91 @@
+"""Packs in a run: K workers in one process, seen by the run directory as K workers."""
+
+import json
+
+import pytest
+import torch
+from test_run import events, tiny, wait_until
+
+from agent.errors import ConfigError, UserError
+from workers.cli import main
+from workers.run import Run, RunSettings
+from workers.rundir import load_state
+
+
+def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):
+    # Workers 0 and 1 in a pack, worker 2 in its own process: the pack's mean goes through
+    # the file merge weighing two workers.
+    settings = RunSettings(workers=3, pack=2, merge_every=100, merge_timeout_s=60)
+    run = Run.create(tmp_path / "run", tiny(400), settings)
+    assert run.settings.packs == [[0, 1], [2]]
+    run.start()
+    assert len({run._procs[w].process.pid for w in (0, 1, 2)}) == 2
+    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 150)
+    with pytest.raises(UserError, match="pack cannot shrink"):
+        run.remove_worker(1)
+    version = run.set_knobs(horizon=2)
+    run.wait()
+    assert [w["state"] for w in run.progress()] == ["done"] * 3
+    applied = {
+        w: [e for e in events(run, "knobs_applied", w) if e["version"] == version] for w in (0, 1)
+    }
+    assert applied[0] and applied[1]
+    assert applied[0][0]["step"] == applied[1][0]["step"]  # both members at the same step
+    for worker in (0, 1, 2):
+        merges = events(run, "merge", worker)
+        assert len(merges) >= 3 and all(m["participants"] == [0, 1, 2] for m in merges)
+    pack_merges = events(run, "merge", 0)
+    assert set(pack_merges[-1]["distances"]) == {"0", "1"}
+    # Each worker its own metrics, checkpoint and episodes.
+    for worker in (0, 1, 2):
+        assert events(run, "episode", worker)
+        assert (run.path / "checkpoints" / f"worker-{worker}.pt").exists()
+
+    resumed = Run.resume(run.path, steps=500)
+    assert resumed.settings.packs == [[0, 1], [2]]
+    resumed.start()
+    resumed.wait()
+    for worker in (0, 1, 2):
+        assert events(resumed, "resumed", worker)[0]["step"] == 400
+        assert events(resumed, "stop", worker)[-1]["step"] == 500
+
+
+def test_a_pack_merges_on_the_device_and_publishes_the_mean(tmp_path):
+    # The run's last agent step (200) is a merge round: both workers end on the merged
+    # weights, which merge/merged.pt holds too (for the showcase and workers added later).
+    settings = RunSettings(workers=2, pack=2, merge_every=100, checkpoint_every=10**6)
+    run = Run.create(tmp_path / "run", tiny(200), settings)
+    run.start()
+    run.wait()
+    merges = events(run, "merge", 0)
+    assert [m["step"] for m in merges] == [100, 200]
+    assert merges[0]["distances"]["0"] > 0 and merges[0]["participants"] == [0, 1]
+    merged = load_state(run.path / "merge" / "merged.pt")
+    assert merged["participants"] == [0, 1] and merged["step"] == 200
+    finals = [load_state(run.path / f"worker-{w}.pt")["model"] for w in (0, 1)]
+    for name, value in merged["model"].items():
+        for final in finals:
+            assert torch.allclose(final[name], value.view_as(final[name]), atol=1e-6), name
+
+
+def test_default_pack_on_a_cpu_is_one_process_per_worker(tmp_path):
+    run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=3, pack=0))
+    assert run.settings.pack == 1 and run.settings.packs == [[0], [1], [2]]
+    record = json.loads((run.path / "run.json").read_text())
+    assert record["pack"] == 1
+
+
+def test_bad_pack_input_is_one_line_and_writes_nothing(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="larger than the run's 2 workers"):
+        RunSettings(workers=2, pack=3)
+    target = tmp_path / "run"
+    flags = ["--headless", "--task=cartpole-balance", "--device=cpu", f"--run-dir={target}"]
+    for extra, message in (
+        (["--workers=2", "--pack=0"], "--pack must be at least 1"),
+        (["--workers=2", "--pack=3"], "a pack of 3 is larger than the run's 2 workers"),
+        (["--pack=2"], "give --workers too"),
+    ):
+        assert main([*flags, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert not target.exists()
