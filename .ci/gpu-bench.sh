@@ -1,24 +1,74 @@
 #!/usr/bin/env bash
 # Benchmark on a CUDA machine (run by hand there; CI has no GPU). Results go to $OUT.
 # Expects the dependencies importable (on the lent device: wheels carried in .whl/).
+#   .ci/gpu-bench.sh [--device cpu] [SECTION ...]   sections: speed learn pack walker (default all)
+# The whole script ends within BUDGET_S (570 s): each step's timeout is cut to what is left, and
+# a step with under 20 s left is skipped (all four sections take longer: pick some). A learning
+# run cut short keeps the evaluations it logged. `--device cpu`: a dry run of every step with
+# tiny settings (1M, few repeats, few steps), a few minutes on a CPU.
 set -uo pipefail
-OUT=${OUT:-gpu-results}
-mkdir -p "$OUT"
+DEVICE=cuda
+if [ "${1:-}" = --device ]; then DEVICE=$2 && shift 2; fi
+SECTIONS=" ${*:-speed learn pack walker} "
+PY=${PYTHON:-python3}
 export TDMPC2_LIVE_NO_BOOTSTRAP=1 PYTHONUNBUFFERED=1
+if [ "$DEVICE" = cpu ]; then
+  OUT=${OUT:-/tmp/gpu-bench-dry} BUDGET_S=${BUDGET_S:-420} CAP_S=120
+  # Appended to the commands: the last of a repeated flag wins.
+  TINY=(--model-size 1 --batch-size 32 --num-samples 64 --num-elites 8 --num-pi-trajs 4
+    --iterations 2 --enc-dim 32 --mlp-dim 64 --latent-dim 32)
+  FEW=(--repeats 2 --warmup 1)
+  SHORT=(--steps 300 --seed-steps 100 --episode-length 50 --eval-every 150 --eval-episodes 1)
+  PACKS=1,2 WORKERS=(--workers 2 --pack 2)
+else
+  OUT=${OUT:-gpu-results} BUDGET_S=${BUDGET_S:-570} CAP_S=600 TINY=() FEW=() SHORT=()
+  PACKS=1,4,8,16 WORKERS=(--workers 4 --pack 4)
+fi
+mkdir -p "$OUT"
 if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
-bench() { timeout "$1" python3 launch.py bench --device cuda --json "${@:2}" | tee -a "$OUT/bench.jsonl"; }
-# Side by side: compiled (CUDA graphs) and eager, per model size.
-bench 240 --model-size 5 --repeats 50 --warmup 10
-bench 90 --model-size 5 --no-compile --repeats 30 --warmup 5
-bench 240 --model-size 1 --repeats 50 --warmup 10
-bench 90 --model-size 1 --no-compile --repeats 30 --warmup 5
-# The authors' cartpole-balance protocol: 1M, default planning, 3 eval episodes every 1k steps.
-timeout "${LEARN_S:-200}" python3 launch.py --headless --device cuda --task cartpole-balance \
-  --model-size 1 --steps 6000 --eval-every 1000 --eval-episodes 3 --quiet \
-  --run-dir "$OUT/learn-cartpole-balance" 2>&1 | tail -3
-grep '"eval"' "$OUT/learn-cartpole-balance/metrics.jsonl" | cut -c1-160
+if [ "$DEVICE" = cuda ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+fi
+$PY -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
+
+# limit S CMD...: CMD under a timeout of S seconds, cut to what is left of the budget (less 40 s:
+# 30 for a clean stop after the TERM, 10 to write up); skipped when under 20 s are left.
+limit() {
+  local left=$((BUDGET_S - SECONDS - 40)) t=$1
+  t=$((t < CAP_S ? t : CAP_S)) && t=$((t < left ? t : left))
+  if [ "$t" -lt 20 ]; then echo "skipped (${left}s of the budget left): ${*:2}" >&2; return 0; fi
+  timeout -k 30 "$t" "${@:2}"
+}
+has() { [[ $SECTIONS == *" $1 "* ]]; }
+bench() {
+  limit "$1" $PY launch.py bench --device "$DEVICE" --json "${@:2}" "${TINY[@]}" "${FEW[@]}" |
+    tee -a "$OUT/bench.jsonl"
+}
+if has speed; then # side by side: compiled (CUDA graphs) and eager, per model size
+  bench 240 --model-size 5 --repeats 50 --warmup 10
+  bench 90 --model-size 5 --no-compile --repeats 30 --warmup 5
+  bench 240 --model-size 1 --repeats 50 --warmup 10
+  bench 90 --model-size 1 --no-compile --repeats 30 --warmup 5
+fi
+if has learn; then # the authors' cartpole-balance protocol: 1M, 3 eval episodes every 1k steps
+  limit "${LEARN_S:-200}" $PY launch.py --headless --device "$DEVICE" --task cartpole-balance \
+    --model-size 1 --steps 6000 --eval-every 1000 --eval-episodes 3 --quiet \
+    --run-dir "$OUT/learn-cartpole-balance" "${TINY[@]}" "${SHORT[@]}" 2>&1 | tail -3
+  grep -s '"eval"' "$OUT/learn-cartpole-balance/metrics.jsonl" | cut -c1-160
+fi
+if has pack; then
+  # K workers as one pack against K processes. Eager: compiling each pack size, and in each of
+  # the K processes, would take minutes per K (about 100 s for one compile on the H200).
+  bench 240 --pack "$PACKS" --model-size 5 --no-compile --repeats 20 --warmup 3 |
+    tee "$OUT/pack.json"
+fi
+if has walker; then # learning with a pack of 4 workers in one process, for as long as is left
+  limit 600 $PY launch.py --headless --device "$DEVICE" --task walker-walk "${WORKERS[@]}" \
+    --steps 50000 --eval-every 5000 --eval-episodes 3 --quiet --run-dir "$OUT/walker-pack4" \
+    "${TINY[@]}" "${SHORT[@]}" 2>&1 | tail -3
+  grep -s '"eval"' "$OUT"/walker-pack4/worker-*.jsonl | cut -c1-200 | tee "$OUT/walker-pack4.txt"
+fi
+echo "gpu-bench: ${SECONDS}s of ${BUDGET_S}s, results in $OUT"

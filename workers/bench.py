@@ -289,6 +289,13 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         result = live_benchmark(cfg, args.live, args.seconds, root)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
+    if args.pack:
+        from workers.bench_pack import format_pack, pack_benchmark, parse_packs  # imports this
+
+        packs = parse_packs(args.pack)
+        result = pack_benchmark(cfg, packs, args.repeats, args.warmup, args.threads)
+        print(json.dumps(result) if args.json else format_pack(result))
+        return 0
     if args.merge:
         result = merge_benchmark(cfg, args.merge, args.repeats)
         print(

@@ -1,0 +1,55 @@
+"""`launch.py bench --pack`: a pack of K workers in one process against K lone processes."""
+
+import json
+
+import pytest
+import torch
+
+from agent.errors import UserError
+from workers import bench_pack
+from workers.cli import main
+
+TINY = (
+    "--task cartpole-balance --model-size 1 --device cpu --enc-dim 32 --mlp-dim 64 "
+    "--latent-dim 32 --batch-size 32 --num-samples 64 --num-elites 8 --num-pi-trajs 4 "
+    "--iterations 2 --episode-length 50"
+).split()
+
+
+def test_pack_against_processes_reports_each_pack_size(capsys):
+    argv = ["bench", "--pack", "1,2", "--repeats", "2", "--warmup", "1", "--threads", "1"]
+    assert main([*argv, "--json", *TINY]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["model_size"], result["device"], result["repeats"]) == (1, "cpu", 2)
+    assert [r["pack"] for r in result["packs"]] == [1, 2]
+    for row in result["packs"]:
+        assert "pack_error" not in row and "processes_error" not in row
+        for side in ("pack", "processes"):
+            assert row[f"{side}_steps_per_s"] > 0
+            assert min(row[f"{side}_{f}"] for f in ("update_ms", "plan_ms", "env_ms")) > 0
+        assert row["ratio"] == pytest.approx(
+            row["pack_steps_per_s"] / row["processes_steps_per_s"], rel=0.01
+        )
+        assert row["pack_threads"] == row["process_threads"] == 1
+
+
+def test_a_pack_out_of_memory_is_a_line_not_a_crash(tiny_cfg, monkeypatch):
+    class NoRoom:
+        def __init__(self, cfg, seeds):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    lone = {"steps_per_s": 3.0, "env_ms": 1.0, "plan_ms": 2.0, "update_ms": 3.0}
+    monkeypatch.setattr(bench_pack, "_Loop", NoRoom)
+    monkeypatch.setattr(bench_pack, "_processes", lambda *args: lone)
+    result = bench_pack.pack_benchmark(tiny_cfg, [16], repeats=1, warmup=1, threads=1)
+    row = result["packs"][0]
+    assert row["pack_error"].startswith("pack of 16 does not fit: CUDA out of memory")
+    assert row["processes_steps_per_s"] == 3.0 and "ratio" not in row
+    assert "K=16: pack of 16 does not fit" in bench_pack.format_pack(result)
+
+
+def test_pack_sizes_are_checked():
+    assert bench_pack.parse_packs("1,2,4") == [1, 2, 4]
+    for bad in ("", "1,x", "0,2"):
+        with pytest.raises(UserError, match="--pack"):
+            bench_pack.parse_packs(bad)

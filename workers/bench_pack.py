@@ -1,0 +1,216 @@
+"""`launch.py bench --pack 1,2,4`: aggregate agent steps/s of K workers trained as one pack in
+one process against K processes each training a lone agent, side by side for each K.
+
+A timed step is what training does once warm: every worker's env step, one plan and one
+update (steps_per_update 1) on a buffer already holding a few episodes, so seeding and
+pretraining are left out. The K processes are spawned together, wait for each other before
+their timed loop and keep stepping until the last one has finished it, so each competes with
+all the others for the whole of its timing, as in a real run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import statistics
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from agent.agent import TDMPC2, resolve_device
+from agent.config import Config
+from agent.envs import make_vector_env
+from agent.errors import UserError
+from workers.bench import filled_buffer
+from workers.threads import apply_threads, available_cores
+
+PROCESS_TIMEOUT_S = 600.0  # a stuck process fails the comparison instead of hanging it
+
+
+def parse_packs(spec: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (UserError: one line)."""
+    try:
+        packs = [int(k) for k in spec.split(",")]
+    except ValueError:
+        packs = []
+    if not packs or min(packs) < 1:
+        raise UserError(f"--pack takes pack sizes like 1,2,4, got {spec!r}")
+    return packs
+
+
+class _Loop:
+    """The envs, pack agent and filled buffers of len(seeds) workers, stepped as training does."""
+
+    def __init__(self, cfg: Config, seeds: list[int]):
+        n = cfg.num_envs
+        env_seeds = [s + i for s in seeds for i in range(n)]
+        self.env = make_vector_env(
+            cfg.task, len(env_seeds), 0, cfg.action_repeat, cfg.episode_length, seeds=env_seeds
+        )
+        obs_dim = self.env.single_observation_space.shape[0]
+        action_dim = self.env.single_action_space.shape[0]
+        self.agent = TDMPC2(cfg, obs_dim, action_dim, seeds=seeds)
+        self.buffers = [
+            filled_buffer(replace(cfg, seed=s), obs_dim, action_dim, self.agent.device)
+            for s in seeds
+        ]
+        self.shape = (len(seeds), n, -1)
+        self.obs, _ = self.env.reset()
+        self.action = np.zeros((len(env_seeds), action_dim), np.float32)
+        self.t0 = True
+
+    def step(self) -> tuple[float, float, float]:
+        """One env step of every worker, a plan and an update: their seconds."""
+        start = time.perf_counter()
+        self.obs, *_ = self.env.step(self.action)
+        env_done = time.perf_counter()
+        obs = torch.from_numpy(self.obs).float().view(self.shape)
+        self.action = self.agent.act(obs, t0=self.t0).cpu().numpy().reshape(len(self.obs), -1)
+        self.t0 = False
+        planned = time.perf_counter()
+        samples = [b.sample() for b in self.buffers]
+        self.agent.update(tuple(torch.stack(x) for x in zip(*samples)))
+        if self.agent.device.type == "cuda":  # the update is queued, not done, until then
+            torch.cuda.synchronize(self.agent.device)
+        return env_done - start, planned - env_done, time.perf_counter() - planned
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _timed(loop: _Loop, repeats: int) -> dict:
+    start = time.perf_counter()
+    phases = [loop.step() for _ in range(repeats)]
+    wall = time.perf_counter() - start
+    env_s, plan_s, update_s = (statistics.median(p) * 1000 for p in zip(*phases))
+    steps = repeats * loop.shape[0]
+    return {
+        "steps_per_s": steps / wall,
+        "env_ms": round(env_s, 3),
+        "plan_ms": round(plan_s, 3),
+        "update_ms": round(update_s, 3),
+    }
+
+
+def _lone_process(
+    cfg: Config, seed: int, threads: int, repeats: int, warmup: int, barrier, done, results
+) -> None:
+    """One process of the comparison: a lone agent timed while the others run too."""
+    try:
+        apply_threads(threads)
+        loop = _Loop(cfg, [seed])
+        for _ in range(warmup):
+            loop.step()
+        barrier.wait(timeout=PROCESS_TIMEOUT_S)
+        result = _timed(loop, repeats)
+        with done.get_lock():
+            done.value += 1
+        while done.value < barrier.parties:  # keep the load on until all are timed
+            loop.step()
+        loop.close()
+        results.put(result)
+    except Exception as err:  # reported by the parent; the others must not wait for this one
+        barrier.abort()
+        with done.get_lock():
+            done.value += 1
+        results.put({"error": f"{type(err).__name__}: {str(err)[:300]}"})
+
+
+def _processes(cfg: Config, k: int, threads: int, repeats: int, warmup: int) -> dict:
+    ctx = mp.get_context("spawn")
+    barrier, done, results = ctx.Barrier(k), ctx.Value("i", 0), ctx.Queue()
+    args = (threads, repeats, warmup, barrier, done, results)
+    procs = [ctx.Process(target=_lone_process, args=(cfg, cfg.seed + i, *args)) for i in range(k)]
+    for p in procs:
+        p.start()
+    try:
+        out = [results.get(timeout=PROCESS_TIMEOUT_S) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    errors = [r["error"] for r in out if "error" in r]
+    if errors:
+        return {"error": errors[0]}
+    return {
+        "steps_per_s": sum(r["steps_per_s"] for r in out),
+        **{f: statistics.median(r[f] for r in out) for f in ("env_ms", "plan_ms", "update_ms")},
+    }
+
+
+def _pack(cfg: Config, k: int, repeats: int, warmup: int) -> dict:
+    loop = None
+    try:
+        loop = _Loop(cfg, [cfg.seed + i for i in range(k)])
+        for _ in range(warmup):
+            loop.step()
+        return _timed(loop, repeats)
+    except RuntimeError as err:  # torch.cuda.OutOfMemoryError, or a library's own message
+        if "out of memory" not in str(err).lower():
+            raise
+        return {"error": f"pack of {k} does not fit: {str(err).splitlines()[0][:200]}"}
+    finally:
+        if loop is not None:
+            loop.close()
+        del loop
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the processes that follow need the memory
+
+
+def pack_benchmark(
+    cfg: Config, packs: list[int], repeats: int, warmup: int, threads: int | None = None
+) -> dict:
+    """For each K: K workers as one pack in this process (all the cores) against K processes
+    of one worker each (the cores shared out), both timed for `repeats` steps after `warmup`."""
+    cores = available_cores()
+    apply_threads(threads or cores)
+    rows = []
+    for k in packs:
+        per_process = threads or max(1, cores // k)
+        pack = _pack(cfg, k, repeats, max(1, warmup))
+        procs = _processes(cfg, k, per_process, repeats, max(1, warmup))
+        row = {"pack": k, "pack_threads": threads or cores, "process_threads": per_process}
+        for name, part in (("pack", pack), ("processes", procs)):
+            if "error" in part:
+                row[f"{name}_error"] = part["error"]
+                continue
+            row[f"{name}_steps_per_s"] = round(part["steps_per_s"], 2)
+            for f in ("update_ms", "plan_ms", "env_ms"):
+                row[f"{name}_{f}"] = part[f]
+        if "pack_steps_per_s" in row and "processes_steps_per_s" in row:
+            row["ratio"] = round(row["pack_steps_per_s"] / row["processes_steps_per_s"], 3)
+        rows.append(row)
+    return {
+        "task": cfg.task,
+        "model_size": cfg.model_size,
+        "device": str(resolve_device(cfg.device)),
+        "compile": cfg.compile,
+        "cores": cores,
+        "repeats": repeats,
+        "warmup": max(1, warmup),
+        "packs": rows,
+    }
+
+
+def format_pack(result: dict) -> str:
+    """The human-readable table of pack_benchmark's result."""
+    lines = [
+        f"pack against processes: {result['task']}, {result['model_size']}M, {result['device']}, "
+        f"{result['cores']} cores, {result['repeats']} timed steps after {result['warmup']}"
+    ]
+    for r in result["packs"]:
+        k = r["pack"]
+        pack = r.get("pack_error") or (
+            f"{r['pack_steps_per_s']} steps/s as one pack ({r['pack_threads']} threads; per "
+            f"step update {r['pack_update_ms']:.1f} ms, plan {r['pack_plan_ms']:.1f} ms, "
+            f"env {r['pack_env_ms']:.1f} ms)"
+        )
+        procs = r.get("processes_error") or (
+            f"{r['processes_steps_per_s']} as {k} process{'es' if k > 1 else ''} "
+            f"({r['process_threads']} threads each)"
+        )
+        ratio = f", pack/processes {r['ratio']}" if "ratio" in r else ""
+        lines.append(f"K={k}: {pack}; {procs}{ratio}")
+    return "\n".join(lines)
