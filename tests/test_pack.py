@@ -1,0 +1,312 @@
+"""A pack of workers as one batched agent: the same as separate agents, merged inside, clipped
+per worker, saved and resumed per worker."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config, tiny_run
+
+import agent.agent as agent_module
+from agent.agent import TDMPC2, clip_per_worker
+from workers.merge import average_states, distance
+from workers.trainer import Trainer
+
+OBS, ACT = 5, 2
+SEEDS = [3, 4, 5]
+
+
+def _cfg(**overrides):
+    # Dropout draws from torch's global stream, not the worker's: off where packs and lone
+    # agents must draw the same numbers.
+    return dataclasses.replace(tiny_config(), dropout=0.0, **overrides)
+
+
+def _batch(cfg, seed):
+    """One worker's batch, shaped as a buffer's sample: (H+1, B, D), (H, B, A), ..."""
+    g = torch.Generator().manual_seed(seed)
+    h, b = cfg.horizon, cfg.batch_size
+    return (
+        torch.randn(h + 1, b, OBS, generator=g),
+        torch.rand(h, b, ACT, generator=g) * 2 - 1,
+        torch.rand(h, b, 1, generator=g) * 5,
+        torch.zeros(h, b, 1),
+    )
+
+
+def _stack(batches):
+    return tuple(torch.stack(parts) for parts in zip(*batches))
+
+
+def _floats(state):
+    return {k: v.clone() for k, v in state.items() if v.is_floating_point()}
+
+
+def _same(a, b):
+    """Equal element for element, NaN where the other has NaN (a buffer's first rows)."""
+    return a.shape == b.shape and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def _moments(agent, worker):
+    """Worker `worker`'s Adam moments, both optimisers, in a fixed order."""
+    out = []
+    for optim in (agent.optim, agent.pi_optim):
+        for group in optim.param_groups:
+            for p in group["params"]:
+                state = optim.state[p]
+                out += [state["exp_avg"][worker].clone(), state["exp_avg_sq"][worker].clone()]
+    return out
+
+
+def test_a_pack_learns_and_plans_as_separate_agents_of_its_seeds():
+    cfg = _cfg()
+    pack = TDMPC2(cfg, OBS, ACT, seeds=SEEDS)
+    lone = [TDMPC2(dataclasses.replace(cfg, seed=s), OBS, ACT) for s in SEEDS]
+    for k, agent in enumerate(lone):
+        for name, value in agent.model_state(0).items():
+            assert torch.equal(pack.model_state(k)[name], value), (k, name)
+    # Different seeds, different networks: a pack copying worker 0 everywhere would fail.
+    key = "encoder.layers.0.weight"
+    assert not torch.equal(pack.model_state(0)[key], pack.model_state(1)[key])
+
+    obs = torch.randn(len(SEEDS), 4, OBS)
+    planned = pack.act(obs, t0=True)
+    assert planned.shape == (len(SEEDS), 4, ACT)
+    for k, agent in enumerate(lone):
+        assert torch.allclose(planned[k], agent.act(obs[k], t0=True), atol=1e-5), k
+
+    for step in range(20):
+        batches = [_batch(cfg, 100 * step + k) for k in range(len(SEEDS))]
+        info = pack.update(_stack(batches))
+        for k, agent in enumerate(lone):
+            alone = agent.update(batches[k])
+            for name in ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "grad_norm"):
+                assert info[name].shape == (len(SEEDS),)
+                assert torch.allclose(info[name][k], alone[name], rtol=1e-4, atol=1e-5), (
+                    step,
+                    k,
+                    name,
+                )
+    for k, agent in enumerate(lone):
+        for name, value in agent.model_state(0).items():
+            assert torch.allclose(pack.model_state(k)[name], value, atol=1e-5), (k, name)
+        assert torch.equal(pack.noise.get_state(k), agent.noise.get_state(0)), k
+
+    obs = torch.randn(len(SEEDS), 3, OBS)
+    planned = pack.act(obs, t0=True, eval_mode=True)
+    for k, agent in enumerate(lone):
+        assert torch.allclose(planned[k], agent.act(obs[k], t0=True, eval_mode=True), atol=1e-4)
+
+
+def _trained_pack(cfg, seeds, updates=3):
+    pack = TDMPC2(cfg, OBS, ACT, seeds=seeds)
+    for step in range(updates):
+        pack.update(_stack([_batch(cfg, 10 * step + k) for k in range(len(seeds))]))
+    return pack
+
+
+def test_merge_averages_the_members_and_writes_the_mean_into_each():
+    pack = _trained_pack(_cfg(), [3, 4, 5, 6])
+    before = [_floats(pack.model_state(k)) for k in range(4)]
+    control_moments = _moments(pack, 3)
+    expected = average_states(before[:3])
+
+    result = pack.merge_workers([0, 1, 2])
+
+    assert result.participants == [0, 1, 2] and result.left_out == {}
+    for name, value in expected.items():
+        assert torch.allclose(result.mean[name], value, atol=1e-6), name
+        for k in range(3):
+            assert torch.allclose(pack.model_state(k)[name], value, atol=1e-6), (k, name)
+        # The control worker, not in the list, keeps its own networks and moments.
+        assert torch.equal(pack.model_state(3)[name], before[3][name]), name
+    assert all(torch.equal(a, b) for a, b in zip(_moments(pack, 3), control_moments))
+
+
+def test_merge_reports_each_participants_distance_to_the_mean():
+    # As the file backend does (workers/merge.py): each participant's L2 distance to the mean.
+    pack = _trained_pack(_cfg(), [3, 4, 5])
+    before = [_floats(pack.model_state(k)) for k in range(3)]
+    mean = average_states(before)
+    result = pack.merge_workers([0, 1, 2])
+    assert sorted(result.distances) == [0, 1, 2]
+    for k in range(3):
+        assert result.distances[k] == pytest.approx(distance(before[k], mean), rel=1e-4)
+
+
+def test_merge_leaves_out_a_non_finite_member_and_resets_it():
+    pack = _trained_pack(_cfg(), [3, 4, 5, 6])
+    with torch.no_grad():
+        pack.model.dynamics.layers[0].weight[1, 0, 0] = float("nan")
+    before = [_floats(pack.model_state(k)) for k in range(4)]
+    moments = [_moments(pack, k) for k in range(4)]
+    assert any(m.abs().sum() > 0 for m in moments[1])  # updates gave it moments to zero
+
+    result = pack.merge_workers([0, 1, 2])
+
+    assert result.participants == [0, 2]
+    assert list(result.left_out) == [1] and "non-finite" in result.left_out[1]
+    expected = average_states([before[0], before[2]])
+    for name, value in expected.items():
+        assert torch.isfinite(value).all(), name
+        for k in range(3):  # the left-out member too: reset to the others' mean
+            assert torch.allclose(pack.model_state(k)[name], value, atol=1e-6), (k, name)
+        assert torch.equal(pack.model_state(3)[name], before[3][name]), name
+    assert all((m == 0).all() for m in _moments(pack, 1))
+    for k in (0, 2, 3):  # the others keep their Adam moments
+        assert all(torch.equal(a, b) for a, b in zip(_moments(pack, k), moments[k])), k
+
+
+def test_merge_of_only_non_finite_members_changes_nothing():
+    pack = _trained_pack(_cfg(), [3, 4, 5], updates=1)
+    with torch.no_grad():
+        pack.model.encoder.layers[0].bias[0, 0] = float("inf")
+        pack.model.pi.layers[1].weight[1, 0, 0] = float("nan")
+    before = [_floats(pack.model_state(k)) for k in range(3)]
+    assert pack.merge_workers([0, 1]) is None
+    for k in range(3):
+        for name, value in before[k].items():
+            assert _same(pack.model_state(k)[name], value), (k, name)
+
+
+def _global_clip(params, max_norm):
+    """One clip over the whole pack: what per-worker clipping must not be."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return norm.expand(next(p for p in params if p.grad is not None).shape[0])
+
+
+def _one_update(monkeypatch, cfg, wild: bool, clip=clip_per_worker):
+    """A fresh pack after one update; worker 1's gradients scaled by 1e6 before the clip
+    when `wild` (the model's losses are bounded by design: huge inputs or rewards do not give
+    huge gradients, so the gradient is made huge where the update clips it)."""
+
+    def clip_wild(params, max_norm):
+        if wild:
+            for p in params:
+                if p.grad is not None:
+                    p.grad[1] *= 1e6
+        return clip(params, max_norm)
+
+    monkeypatch.setattr(agent_module, "clip_per_worker", clip_wild)
+    pack = TDMPC2(cfg, OBS, ACT, seeds=SEEDS)
+    info = pack.update(_stack([_batch(cfg, k) for k in range(len(SEEDS))]))
+    return pack, info
+
+
+def test_a_worker_with_huge_gradients_does_not_change_the_others_updates(monkeypatch):
+    cfg = _cfg(grad_clip_norm=1e-3)
+    calm, calm_info = _one_update(monkeypatch, cfg, wild=False)
+    wild, wild_info = _one_update(monkeypatch, cfg, wild=True)
+    for name in ("grad_norm", "pi_grad_norm"):
+        assert (calm_info[name] > cfg.grad_clip_norm).all(), name  # the clip bites for all
+        assert wild_info[name][1] > 1e5 * calm_info[name][1], name
+    for name, value in calm.model.state_dict().items():
+        for k in (0, 2):
+            assert torch.equal(wild.model.state_dict()[name][k], value[k]), (k, name)
+    for k in (0, 2):
+        assert all(torch.equal(a, b) for a, b in zip(_moments(wild, k), _moments(calm, k)))
+    # Worker 1's own step is that of a clipped gradient: finite, however wild its gradient.
+    key = "encoder.layers.0.weight"
+    assert torch.isfinite(wild.model_state(1)[key]).all()
+
+    # The check is sharp: one clip over the whole pack would move workers 0 and 2.
+    coupled, _ = _one_update(monkeypatch, cfg, wild=True, clip=_global_clip)
+    assert not torch.equal(coupled.model_state(0)[key], calm.model_state(0)[key])
+
+
+def test_clip_per_worker_clips_each_worker_as_torch_clips_it_alone():
+    g = torch.Generator().manual_seed(0)
+    shapes = [(3, 4, 5), (3, 7), (3, 2, 3, 4)]
+    params = [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+        p.grad[1] *= 1e6  # worker 1: a huge gradient
+        p.grad[2] *= 1e-3  # worker 2: under the limit, left as it is
+    unused = torch.nn.Parameter(torch.zeros(3, 2))  # no gradient: skipped, as torch skips it
+    original = [p.grad.clone() for p in params]
+
+    norms = clip_per_worker(params + [unused], max_norm=1.0)
+
+    assert norms.shape == (3,) and unused.grad is None
+    for k in range(3):
+        alone = [torch.nn.Parameter(p[k].detach().clone()) for p in params]
+        for a, grad in zip(alone, original):
+            a.grad = grad[k].clone()
+        norm = torch.nn.utils.clip_grad_norm_(alone, max_norm=1.0)
+        assert norms[k] == pytest.approx(float(norm), rel=1e-5), k
+        for a, p in zip(alone, params):
+            assert torch.allclose(p.grad[k], a.grad, rtol=1e-5, atol=1e-7), k
+    assert float(torch.stack([p.grad[0].norm() for p in params]).norm()) == pytest.approx(1.0)
+    assert all(torch.equal(p.grad[2], grad[2]) for p, grad in zip(params, original))
+
+
+def test_a_trainer_pack_resumes_every_member_from_its_checkpoint():
+    cfg = tiny_run(30, seed_steps=20, episode_length=10)
+    seeds = [7, 8]
+    first = Trainer(cfg, None, progress=False, seeds=seeds)
+    first.run()
+    assert first.updates > 0
+    states = [first.state_dict(worker=k) for k in range(len(seeds))]
+    key = "encoder.layers.0.weight"
+    assert not torch.equal(states[0]["agent"]["model"][key], states[1]["agent"]["model"][key])
+
+    resumed = Trainer(cfg, None, progress=False, seeds=seeds)
+    try:
+        for k in reversed(range(len(seeds))):
+            resumed.load_state_dict(states[k], worker=k)
+        a, b = first.agent, resumed.agent
+        assert (resumed.step, resumed.updates) == (first.step, first.updates)
+        for name, value in a.model.state_dict().items():
+            assert torch.equal(b.model.state_dict()[name], value), name
+        for mine, theirs in ((a.optim, b.optim), (a.pi_optim, b.pi_optim)):
+            ours, loaded = mine.state_dict()["state"], theirs.state_dict()["state"]
+            assert ours.keys() == loaded.keys() and ours
+            for i, entry in ours.items():
+                for name, value in entry.items():
+                    assert torch.equal(loaded[i][name], value), (i, name)
+        for k, (m, r) in enumerate(zip(first.members, resumed.members)):
+            assert torch.equal(b.noise.get_state(k), a.noise.get_state(k)), k
+            assert m.rng.bit_generator.state == r.rng.bit_generator.state, k
+            ours, loaded = m.buffer.state_dict(), r.buffer.state_dict()
+            for name, value in ours.items():
+                if isinstance(value, torch.Tensor):
+                    assert _same(loaded[name], value), (k, name)
+                else:
+                    assert loaded[name] == value, (k, name)
+
+        # The same further work gives the same results (the global stream: dropout).
+        obs = torch.randn(len(seeds), 1, first.env.single_observation_space.shape[0])
+        results = []
+        for trainer in (first, resumed):
+            torch.manual_seed(123)
+            infos = [trainer.agent.update(trainer._sample()) for _ in range(3)]
+            action = trainer.agent.act(obs, t0=True)
+            draws = [m.rng.uniform(-1, 1, 4) for m in trainer.members]
+            results.append((infos, action, draws, trainer.agent.model.state_dict()))
+        (infos_a, act_a, draws_a, model_a), (infos_b, act_b, draws_b, model_b) = results
+        for x, y in zip(infos_a, infos_b):
+            assert all(torch.equal(x[name], y[name]) for name in x)
+        assert torch.equal(act_a, act_b)
+        assert all(np.array_equal(x, y) for x, y in zip(draws_a, draws_b))
+        assert all(torch.equal(model_a[name], model_b[name]) for name in model_a)
+    finally:
+        resumed.env.close()
+
+
+def test_a_pack_refuses_unpacked_observations():
+    pack = TDMPC2(_cfg(), OBS, ACT, seeds=SEEDS)
+    with pytest.raises(ValueError, match="pack of 3"):
+        pack.act(torch.randn(4, OBS))
+    with pytest.raises(ValueError, match="pack of 3"):
+        pack.act(torch.randn(OBS))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="act reshapes obs to (P, -1, obs_dim): (2, 3, D) for a pack of 3 becomes (3, 2, D)",
+)
+def test_a_pack_refuses_observations_for_another_number_of_workers():
+    pack = TDMPC2(_cfg(), OBS, ACT, seeds=SEEDS)
+    with pytest.raises(ValueError):
+        pack.act(torch.randn(2, 3, OBS), t0=True)
