@@ -129,9 +129,11 @@ class Layer(nn.Module):
         y = bias.reshape(p * e, 1, -1)
         n = None
         for x, w in zip(xs, rows):
-            if x.dim() == 3:
+            if x.dim() == 3 and p == 1:
+                x = x[0].expand(e, *x.shape[1:])  # a view: bmm reads it without a copy
+            elif x.dim() == 3:
                 x = x.unsqueeze(1).expand(p, e, *x.shape[1:])
-            n = x.shape[2]
+            n = x.shape[-2]
             y = torch.baddbmm(y, x.reshape(p * e, n, x.shape[-1]), w.reshape(p * e, *w.shape[2:]))
         return y.view(p, e, n, -1)
 
