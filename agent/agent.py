@@ -159,8 +159,13 @@ class TDMPC2:
         """Actions in [-1, 1] for observations (P, N, obs_dim); one agent (P = 1) also takes
         (obs_dim,) or (N, obs_dim) and answers in the same shape."""
         packed = obs.dim() == 3
-        if not packed and self.pack != 1:
-            raise ValueError(f"a pack of {self.pack} acts on (P, N, obs_dim) observations")
+        if (packed and obs.shape[0] != self.pack) or (not packed and self.pack != 1):
+            raise ValueError(
+                f"a pack of {self.pack} acts on ({self.pack}, N, obs_dim) observations, "
+                f"got {tuple(obs.shape)}"
+            )
+        if obs.shape[-1] != self.obs_dim:
+            raise ValueError(f"observations have {obs.shape[-1]} values, expected {self.obs_dim}")
         obs = obs.to(self.device, torch.float32).reshape(self.pack, -1, self.obs_dim)
         n = obs.shape[1]
         t0 = torch.as_tensor(t0, device=self.device).reshape(-1).expand(self.pack * n)
@@ -277,6 +282,11 @@ class TDMPC2:
         back as (P,) tensors. One agent also takes (H+1, B, D), ... (a buffer's sample) and
         answers with 0-d losses."""
         packed = batch[0].dim() == 4
+        if (packed and batch[0].shape[0] != self.pack) or (not packed and self.pack != 1):
+            raise ValueError(
+                f"a pack of {self.pack} updates on batches shaped ({self.pack}, H+1, B, "
+                f"obs_dim), got {tuple(batch[0].shape)}"
+            )
         if not packed:
             batch = tuple(x.unsqueeze(0) for x in batch)
         self.model.train()

@@ -302,11 +302,12 @@ def test_a_pack_refuses_unpacked_observations():
         pack.act(torch.randn(OBS))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="act reshapes obs to (P, -1, obs_dim): (2, 3, D) for a pack of 3 becomes (3, 2, D)",
-)
 def test_a_pack_refuses_observations_for_another_number_of_workers():
     pack = TDMPC2(_cfg(), OBS, ACT, seeds=SEEDS)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="pack of 3"):
         pack.act(torch.randn(2, 3, OBS), t0=True)
+    with pytest.raises(ValueError, match="expected 5"):
+        pack.act(torch.randn(3, 2, OBS + 1), t0=True)
+    batch = [torch.zeros(2, *shape) for shape in ((3, 4, OBS), (2, 4, ACT), (2, 4, 1), (2, 4, 1))]
+    with pytest.raises(ValueError, match="pack of 3 updates"):
+        pack.update(tuple(batch))

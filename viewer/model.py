@@ -251,6 +251,9 @@ class RunModel:
         # Pretraining does as many updates as there were seed steps (reported as they go).
         updates = min(int(p.get("updates", 0)) for p in pretraining)
         text = f"pretraining on the seed data: {updates} / {cfg_seed_steps} updates"
+        first = max(float(p.get("first_update_s") or 0.0) for p in pretraining)
+        if first > 0:  # with CUDA graphs most of it is compiling, once per process
+            text += f" (first update {first:.1f} s after start, compiling included)"
         return min(1.0, updates / max(1, cfg_seed_steps)), text
 
 

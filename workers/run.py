@@ -157,6 +157,7 @@ class _Seen:
     updates: float = 0.0
     heartbeat: float = 0.0  # time of the newest record (the writer's clock, this machine)
     blocked_bytes: float = 0.0  # an owner's worker waiting for disk space: not in records
+    first_update_s: float = 0.0  # seconds from its process start to its first update's end
     ended: str | None = None  # "done", "stopped" or "crashed" once such a record was seen
     paused: bool = False  # a "pause" record came and no record of training since
     phase: str | None = None  # "seeding", "pretraining" or "training", from the newest records
@@ -191,6 +192,8 @@ class _Seen:
             self.knob_version = version
         elif kind == "merge":
             self.merges += 1
+        elif kind == "first_update" and (seconds := number("seconds")) is not None:
+            self.first_update_s = seconds
         elif kind == "pause":
             self.paused = True
         elif kind == "stop":

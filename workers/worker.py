@@ -48,6 +48,7 @@ SNAPSHOT_FIELDS = (
     "updates",
     "heartbeat",
     "blocked_bytes",  # while its state is "disk full": the size of the write that failed
+    "first_update_s",  # seconds from the process start to its first update's end (compiling)
 )
 # Appended, never reordered: the snapshot stores a state as its index here.
 STATES = (
@@ -135,9 +136,10 @@ class WorkerHooks:
         leaves: list,
         terminated=None,
         start_knobs: tuple[int, int] | None = None,
+        started: float | None = None,
     ):
         """`start_knobs`: (knob version, merge_every) these workers last applied, from their
-        checkpoints."""
+        checkpoints. `started`: time.time() when the process started."""
         spec = specs[0]  # run-wide fields are the same in every worker's spec
         self.specs, self.spec, self.trainer = specs, spec, trainer
         self.snapshots, self.pause_event, self.checkpoint_events = snapshots, pause, checkpoints
@@ -150,6 +152,7 @@ class WorkerHooks:
             member.run_dir.on_write_error = self.wait_for_disk
         # Positions (in the pack) of the workers that merge: the control worker does not.
         self.merging = [k for k, sp in enumerate(specs) if sp.merge_with]
+        self.started, self.first_update_s = started or time.time(), None
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
@@ -376,6 +379,11 @@ class WorkerHooks:
     def between_updates(self, trainer: Trainer) -> None:
         """Called after every update, so that pretraining (minutes of updates on a CPU) can be
         paused, stopped and checkpointed, and its progress shown."""
+        if self.first_update_s is None:
+            # With CUDA graphs this is when the compiling ended (once per pack).
+            self.first_update_s = round(time.time() - self.started, 1)
+            self.set(first_update_s=self.first_update_s)
+            trainer._log("first_update", seconds=self.first_update_s)
         if trainer.pretrained:
             return  # training does few updates per agent step: the step hook is soon enough
         self.check_run_dir()
@@ -479,6 +487,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
         specs, snapshots, checkpoints, leaves = [specs], [snapshots], [checkpoints], [leaves]
         joins = [joins]
     joins = joins or [None] * len(specs)
+    started = time.time()
     terminated = child_signals()
     spec = specs[0]
     apply_threads(spec.threads)
@@ -527,6 +536,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
             leaves,
             terminated,
             start_knobs=start_knobs,
+            started=started,
         )
         trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
         trainer.eval_hook = hooks.during_evaluation
