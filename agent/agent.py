@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,7 @@ from agent.world_model import WorldModel
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 State = dict[str, torch.Tensor]
 FORMAT = "tdmpc2-live/agent/1"
+COMPILE_CACHE = Path.home() / ".cache" / "tdmpc2-live" / "torch-compile"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -92,6 +95,9 @@ class TDMPC2:
         self._update_fn = self._update
         self._plan_fn = plan
         if self.compiled:
+            # Compiled graphs are cached across runs (torch's FX graph cache) in the user's
+            # cache folder, which outlives /tmp: a second run skips most of the compiling.
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE))
             # One compiled graph for the whole pack: P workers cost one set of launches.
             self._update_fn = torch.compile(self._update, mode="reduce-overhead")
             self._plan_fn = torch.compile(plan, mode="reduce-overhead")
