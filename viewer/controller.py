@@ -234,7 +234,7 @@ class Controller:
         with self._run_lock:
             self._run = run
         workers = run.settings.workers
-        control = workers - 1 if run.settings.control_worker else None
+        control = run.settings.control_index  # not workers - 1: workers may have been added
         self._model = RunModel(workers, run.cfg.resolved_seed_steps, control)
         self._cameras = run.camera_names()
         published = published_curve(run.cfg.task)
