@@ -89,3 +89,17 @@ def test_bad_pack_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
         assert not target.exists()
+
+
+def test_the_control_worker_can_be_a_pack_member_the_mean_skips(tmp_path):
+    settings = RunSettings(workers=3, control_worker=True, pack=3, merge_every=100)
+    run = Run.create(tmp_path / "run", tiny(200), settings)
+    assert run.settings.packs == [[0, 1, 2]] and run.settings.control_index == 2
+    run.start()
+    run.wait()
+    merges = events(run, "merge", 0)
+    assert [m["participants"] for m in merges] == [[0, 1], [0, 1]]
+    assert not events(run, "merge", 2)
+    finals = [load_state(run.path / f"worker-{w}.pt")["model"] for w in (0, 1, 2)]
+    same = [all(torch.equal(finals[0][k], other[k]) for k in finals[0]) for other in finals[1:]]
+    assert same == [True, False]  # 1 was merged with 0 at the last step; 2 never was

@@ -254,7 +254,7 @@ class WorkerHooks:
         start = time.perf_counter()
         pack = agent.pack_mean(self.merging)
         if pack is None:
-            t._log("merge_skipped", round=round_, reason="own weights are not finite")
+            self._log_merging("merge_skipped", round=round_, reason="own weights are not finite")
             self.last_round = round_
             return
         mean, good, bad = pack
@@ -270,7 +270,7 @@ class WorkerHooks:
                 )
             except MergeStopped:
                 # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
-                t._log("merge_stopped", round=round_)
+                self._log_merging("merge_stopped", round=round_)
                 raise StopTraining from None
             merged, participants = result.merged, result.participants
             left_out.update(result.left_out)
@@ -286,7 +286,7 @@ class WorkerHooks:
         self.last_round = round_
         if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
             self.merges += 1
-            t._log(
+            self._log_merging(
                 "merge",
                 round=round_,
                 participants=participants,
@@ -295,6 +295,11 @@ class WorkerHooks:
                 merge_ms=round((time.perf_counter() - start) * 1000, 2),
             )
         self.set(merges=self.merges)
+
+    def _log_merging(self, kind: str, **fields: object) -> None:
+        """A record for the workers that merge (a control worker in the pack does not)."""
+        for k in self.merging:
+            self.trainer.members[k].log(kind, self.trainer.step, **fields)
 
     def checkpoint(self) -> None:
         """One checkpoint per worker: worker-K.pt of a pack is a lone worker's."""
