@@ -10,6 +10,7 @@ from agent.errors import ConfigError, UserError
 from workers.cli import main
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
+from workers.worker import does_not_fit
 
 
 def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):
@@ -103,3 +104,15 @@ def test_the_control_worker_can_be_a_pack_member_the_mean_skips(tmp_path):
     finals = [load_state(run.path / f"worker-{w}.pt")["model"] for w in (0, 1, 2)]
     same = [all(torch.equal(finals[0][k], other[k]) for k in finals[0]) for other in finals[1:]]
     assert same == [True, False]  # 1 was merged with 0 at the last step; 2 never was
+
+
+def test_a_pack_out_of_gpu_memory_says_how_many_workers_fit(monkeypatch):
+    # No GPU here: the numbers CUDA would give. 16 workers had taken 60 GiB when 20 GiB were
+    # left: (60 + 20) / 60 * 16 = 21.3, so at most 20 fit.
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (20 * gib, 141 * gib))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 60 * gib)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
+    line = does_not_fit(16, torch.device("cuda"))
+    assert "a pack of 16 workers does not fit in the memory of NVIDIA H200 (141.0 GiB" in line
+    assert "at most about 20 fit" in line and "--pack 20" in line

@@ -373,6 +373,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     from workers.progress import WorkersProgress
     from workers.run import Run, RunSettings
     from workers.trainer import steps_warning
+    from workers.worker import DOES_NOT_FIT
 
     if args.resume:
         run = Run.resume(args.resume, steps=args.steps)
@@ -431,6 +432,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         progress.close()
     if run.gone:  # said above; nothing to continue from where it was
         return 1
+    if any(w["exitcode"] == DOES_NOT_FIT for w in run.progress()):
+        return 1  # said above (the worker's line): the run cannot go on as it is
     print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
     return _exit_code(interrupted, stops)
 

@@ -51,6 +51,7 @@ from workers.rundir import RunDir, atomic_write_json, damaged_lines, human_size,
 from workers.signals import children_ignore_ctrl_c
 from workers.threads import choose_threads
 from workers.worker import (
+    DOES_NOT_FIT,
     SNAPSHOT_FIELDS,
     STATES,
     WorkerSpec,
@@ -1051,8 +1052,11 @@ class Run:
         last_error = _last_error(self.path / metrics_name(index), since=p.started)
         done = self._restarts.get(index, 0)
         limit = self.settings.max_restarts
-        final = done >= limit
-        if final:
+        final = done >= limit or code == DOES_NOT_FIT
+        if code == DOES_NOT_FIT:
+            then = "not restarted: it would not fit again"
+            down = "out of GPU memory: left out"
+        elif final:
             if limit == 0:
                 then = "automatic restarts are off (--max-restarts 0): restart it by hand"
             else:

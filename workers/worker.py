@@ -19,6 +19,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from agent.config import Config, knobs_of
 from agent.errors import ConfigError
 from workers.exporters import attach_exporters
@@ -69,6 +71,7 @@ _LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
 RUN_DIR_GONE = 3  # a worker's exit code when its run directory vanished
+DOES_NOT_FIT = 4  # its exit code when the GPU ran out of memory: restarting would not help
 DISK_RETRY_S = 2.0  # seconds between tries of a write that failed for want of space
 
 
@@ -447,6 +450,21 @@ class WorkerHooks:
             snapshot[_LAST_RETURN] = returns[-1] if returns else float("nan")
 
 
+def does_not_fit(workers: int, device: torch.device) -> str:
+    """One line for a pack that ran out of GPU memory, with how many workers would fit (from
+    the memory taken when it failed: an upper bound, as it had not reached its peak yet)."""
+    free, total = torch.cuda.mem_get_info(device)
+    taken = max(torch.cuda.max_memory_allocated(device), 1)
+    fit = max(0, int(workers * (taken + free) / taken) - 1)
+    gib = 2**30
+    return (
+        f"a pack of {workers} worker{'s' * (workers > 1)} does not fit in the memory of "
+        f"{torch.cuda.get_device_name(device)} ({total / gib:.1f} GiB; it had taken "
+        f"{taken / gib:.1f} GiB when it ran out): at most about {fit} fit; start the run "
+        f"with --pack {max(fit, 1)} (or a smaller --model-size / --batch-size)"
+    )
+
+
 def _start(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int, int] | None:
     """Worker k of the process resumes from its checkpoint, or starts from the merged weights,
     or fresh. Returns the (knob version, merge_every) its checkpoint applied last, if any."""
@@ -556,7 +574,13 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
             print(gone, file=sys.stderr)
             set_state("stopped")
             raise SystemExit(RUN_DIR_GONE) from None
-        message = f"{type(err).__name__}: {err}"
+        message, code = f"{type(err).__name__}: {err}", 1
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            message, code = (
+                does_not_fit(err, len(specs), torch.device(cfgs[0].device)),
+                DOES_NOT_FIT,
+            )
+            print(f"{who}: {message}", file=sys.stderr)
         for run in runs:
             run.on_write_error = None  # no waiting for space now: the error is told, or printed
             try:
@@ -564,7 +588,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
             except OSError as log_err:
                 print(f"{who}: {message} (not recorded: {log_err})", file=sys.stderr)
         set_state("crashed")
-        raise SystemExit(1) from None
+        raise SystemExit(code) from None
     finally:
         for run in runs:
             run.close()
