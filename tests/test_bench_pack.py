@@ -34,13 +34,17 @@ def test_pack_against_processes_reports_each_pack_size(capsys):
 
 
 def test_a_pack_out_of_memory_is_a_line_not_a_crash(tiny_cfg, monkeypatch):
-    class NoRoom:
-        def __init__(self, cfg, seeds):
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+    assert bench_pack.failure(oom, 16) == (
+        "pack of 16 does not fit: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert bench_pack.failure(ValueError("bad"), 2) == "ValueError: bad"
     lone = {"steps_per_s": 3.0, "env_ms": 1.0, "plan_ms": 2.0, "update_ms": 3.0}
-    monkeypatch.setattr(bench_pack, "_Loop", NoRoom)
-    monkeypatch.setattr(bench_pack, "_processes", lambda *args: lone)
+
+    def processes(cfg, groups, *args):  # the pack's process failed, the lone ones ran
+        return {"error": bench_pack.failure(oom, 16)} if len(groups) == 1 else lone
+
+    monkeypatch.setattr(bench_pack, "_processes", processes)
     result = bench_pack.pack_benchmark(tiny_cfg, [16], repeats=1, warmup=1, threads=1)
     row = result["packs"][0]
     assert row["pack_error"].startswith("pack of 16 does not fit: CUDA out of memory")
