@@ -9,10 +9,11 @@ an input with fewer rows (one latent shared by many planner samples) be multipli
 broadcast.
 
 Why stacked weights and not torch.func (functional_call + vmap over modules stacked with
-tensordict): on the 2-core CPU, 5M model, pack of 4, an update took 1.00x (stacked) against 1.22x
-(vmap) and the plan 1.00x against 1.31x (BENCHMARKS.md, "Pack: how the workers are stacked"), and
-vmap cannot run the CPU kernels of agent/fast_ops.py nor a custom autograd Function without
-extra rules. The Q ensemble was already built this way.
+torch.func.stack_module_state): forward and backward of the 5M dynamics MLP for a pack of 4 on
+the CPU took 1.18x as long with vmap (30 interleaved pairs, BENCHMARKS.md "Packs"); vmap cannot
+run the CPU kernels of agent/fast_ops.py nor a custom autograd Function without extra rules; and
+stacked weights keep one state-dict layout for a pack and a lone agent. On a GPU a layer is one
+bmm for the whole pack; on a CPU it runs one worker at a time (see Layer.forward).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def _flat_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 class Layer(nn.Module):
     """Linear -> [dropout] -> [LayerNorm -> Mish | SimNorm] for P workers (x E members)."""
+
+    # On a CPU a pack runs one worker at a time (faster there); tests turn it off to check
+    # that the batched path, the one a GPU takes, gives the same values.
+    cpu_per_worker = True
 
     def __init__(
         self,
@@ -78,7 +83,7 @@ class Layer(nn.Module):
         (P, E, ..., out)."""
         xs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
         params = self._params(members, detach)
-        if self.pack > 1 and xs[0].device.type == "cpu":
+        if self.pack > 1 and xs[0].device.type == "cpu" and self.cpu_per_worker:
             # One worker at a time: on a CPU P plain matmuls cost less than one bmm of P (its
             # backward most: 1M, pack of 4, 1 thread, update 1.3x the time of 4 agents), and
             # a worker alone gets LayerNorm's fused affine and no copy of a shared input.
