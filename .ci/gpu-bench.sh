@@ -19,10 +19,10 @@ if [ "$DEVICE" = cpu ]; then
     --iterations 2 --enc-dim 32 --mlp-dim 64 --latent-dim 32)
   FEW=(--repeats 2 --warmup 1)
   SHORT=(--steps 300 --seed-steps 100 --episode-length 50 --eval-every 150 --eval-episodes 1)
-  PACKS=1,2 WORKERS=(--workers 2 --pack 2)
+  PACKS=1,2 PACKS_VS=1,2 WORKERS=(--workers 2 --pack 2)
 else
   OUT=${OUT:-gpu-results} BUDGET_S=${BUDGET_S:-570} CAP_S=600 TINY=() FEW=() SHORT=()
-  PACKS=1,4,8,16 WORKERS=(--workers 4 --pack 4)
+  PACKS=1,4,8,16 PACKS_VS=1,4 WORKERS=(--workers 4 --pack 4)
 fi
 mkdir -p "$OUT"
 if [ -d .whl ]; then
@@ -60,10 +60,13 @@ if has learn; then # the authors' cartpole-balance protocol: 1M, 3 eval episodes
   grep -s '"eval"' "$OUT/learn-cartpole-balance/metrics.jsonl" | cut -c1-160
 fi
 if has pack; then
-  # K workers as one pack against K processes. Eager: compiling each pack size, and in each of
-  # the K processes, would take minutes per K (about 100 s for one compile on the H200).
-  bench 240 --pack "$PACKS" --model-size 5 --no-compile --repeats 20 --warmup 3 |
-    tee "$OUT/pack.json"
+  # Compiled packs alone (CUDA graphs; the baseline is the pack of 1: one worker), then K
+  # workers as one pack against K processes, eager: compiling in each of the K processes too
+  # would take minutes per K (about 100 s for one compile on the H200).
+  bench 330 --pack "$PACKS" --pack-only --model-size 5 --repeats 20 --warmup 3 |
+    tee "$OUT/pack-compiled.json"
+  bench 200 --pack "$PACKS_VS" --model-size 5 --no-compile --repeats 20 --warmup 3 |
+    tee "$OUT/pack-vs-processes.json"
 fi
 if has walker; then # learning with a pack of 4 workers in one process, for as long as is left
   limit 600 $PY launch.py --headless --device "$DEVICE" --task walker-walk "${WORKERS[@]}" \

@@ -33,6 +33,14 @@ def test_pack_against_processes_reports_each_pack_size(capsys):
         assert row["pack_threads"] == row["process_threads"] == 1
 
 
+def test_packs_alone_are_compared_with_one_worker(capsys):
+    argv = ["bench", "--pack", "1,2", "--pack-only", "--repeats", "2", "--warmup", "1"]
+    assert main([*argv, "--threads", "1", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "not timed (--pack-only)" in out and "1.0x one worker" in out
+    assert "K=2:" in out and "x one worker" in out.splitlines()[-1]
+
+
 def test_a_pack_out_of_memory_is_a_line_not_a_crash(tiny_cfg, monkeypatch):
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
     assert bench_pack.failure(oom, 16) == (

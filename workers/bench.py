@@ -293,7 +293,9 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         from workers.bench_pack import format_pack, pack_benchmark, parse_packs  # imports this
 
         packs = parse_packs(args.pack)
-        result = pack_benchmark(cfg, packs, args.repeats, args.warmup, args.threads)
+        result = pack_benchmark(
+            cfg, packs, args.repeats, args.warmup, args.threads, processes=not args.pack_only
+        )
         print(json.dumps(result) if args.json else format_pack(result))
         return 0
     if args.merge:

@@ -312,6 +312,9 @@ def build_bench_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--live", type=int, default=0, metavar="N", help="knob lag, player cost")
     parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
+    parser.add_argument(
+        "--pack-only", action="store_true", help="time the packs alone (--pack; a GPU's case)"
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
