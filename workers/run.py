@@ -324,7 +324,7 @@ def gpu_count(cfg: Config) -> int:
 
 def default_pack(workers: int, cfg: Config) -> int:
     """On CUDA one pack per visible GPU (the workers split across them); on the CPU one process
-    per worker, which was as fast as a pack there (BENCHMARKS.md, "Packs on the CPU")."""
+    per worker, 10-30 % faster than a pack there on 2 cores (BENCHMARKS.md, "Packs")."""
     gpus = gpu_count(cfg)
     return -(-workers // gpus) if gpus else 1
 
