@@ -32,6 +32,19 @@ def tiny_config(**overrides):
     return make_config(1, **{**base, **overrides})
 
 
+def random_batch(cfg, obs_dim: int, action_dim: int, seed: int = 0):
+    """One worker's batch of random data, shaped as a buffer's sample: obs (H+1, B, D), action
+    (H, B, A), reward and terminated (H, B, 1)."""
+    g = torch.Generator().manual_seed(seed)
+    h, b = cfg.horizon, cfg.batch_size
+    return (
+        torch.randn(h + 1, b, obs_dim, generator=g),
+        torch.rand(h, b, action_dim, generator=g) * 2 - 1,
+        torch.rand(h, b, 1, generator=g) * 5,
+        torch.zeros(h, b, 1),
+    )
+
+
 def tiny_run(steps: int, **overrides):
     """tiny_config with short episodes, for runs of a few hundred agent steps."""
     base = dict(

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from conftest import random_batch
 
 from agent.agent import TDMPC2
 from agent.errors import ConfigError, WeightsError
@@ -10,14 +11,7 @@ OBS, ACT = 5, 2
 
 
 def _batch(cfg, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    h, b = cfg.horizon, cfg.batch_size
-    return (
-        torch.randn(h + 1, b, OBS, generator=g),
-        torch.rand(h, b, ACT, generator=g) * 2 - 1,
-        torch.rand(h, b, 1, generator=g) * 5,
-        torch.zeros(h, b, 1),
-    )
+    return random_batch(cfg, OBS, ACT, seed)
 
 
 def test_losses_finite_and_decreasing_on_a_fixed_batch(tiny_cfg):

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config, tiny_run
+from conftest import random_batch, tiny_config, tiny_run
 
 import agent.agent as agent_module
 from agent.agent import TDMPC2, clip_per_worker
@@ -24,16 +24,8 @@ def _cfg(**overrides):
     return dataclasses.replace(tiny_config(), dropout=0.0, **overrides)
 
 
-def _batch(cfg, seed):
-    """One worker's batch, shaped as a buffer's sample: (H+1, B, D), (H, B, A), ..."""
-    g = torch.Generator().manual_seed(seed)
-    h, b = cfg.horizon, cfg.batch_size
-    return (
-        torch.randn(h + 1, b, OBS, generator=g),
-        torch.rand(h, b, ACT, generator=g) * 2 - 1,
-        torch.rand(h, b, 1, generator=g) * 5,
-        torch.zeros(h, b, 1),
-    )
+def _batch(cfg, seed=0):
+    return random_batch(cfg, OBS, ACT, seed)
 
 
 def _stack(batches):
