@@ -83,7 +83,6 @@ class App:
         self.last_frame: np.ndarray | None = None
         self.frame_info: dict | None = None
         self.recorder: ClipRecorder | None = None
-        self.status_message = ("", theme.MUTED)
         self.log_lines: deque[str] = deque(maxlen=300)
         self.quit_requested = False
         self.pacer = FramePacer(fps_cap)
@@ -812,7 +811,6 @@ class App:
             if "crashed" in message
             else theme.MUTED
         )
-        self.status_message = (message, colour)
         dpg.set_value("status_message", f"  |  {message}")
         dpg.bind_item_theme(
             "status_message",

@@ -14,7 +14,7 @@ records the agent step of its weights (merged.pt: the largest among the particip
 showcase shows.
 A pack of workers in one process (agent/agent.py) averages its own workers first and takes part
 as one file: the mean of its finite workers, how many they are, and which indices it covers.
-A torch.distributed backend only has to implement `merge` with an all-reduce.
+A torch.distributed backend would do the same merge with an all-reduce.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
@@ -97,15 +96,6 @@ class MergeResult:
     participants: list[int]
     left_out: dict[int, str] = field(default_factory=dict)
     distances: dict[int, float] = field(default_factory=dict)
-
-
-class MergeBackend(Protocol):
-    def merge(
-        self, worker: int, round_: int, state: State, step: int | None = None
-    ) -> MergeResult | None:
-        """Contribute `state` (trained for `step` agent steps) to merge round `round_`; the
-        average, or None if own state is bad."""
-        ...
 
 
 MEMBERS = "members.json"

@@ -233,9 +233,6 @@ class RunDir:
     def write_config(self, config: dict) -> None:
         atomic_write_json(self.path / CONFIG, config)
 
-    def read_config(self) -> dict:
-        return json.loads((self.path / CONFIG).read_text())
-
     def log(self, kind: str, **fields: object) -> dict:
         """Append one metrics record: {"kind", "time", ...fields}."""
         record = {"kind": kind, "time": round(time.time(), 3)}
