@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from functools import cache
 
 from agent.errors import ConfigError
+from agent.knobs import knob_ranges, knobs
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Config:
     discount: float = 0.0
     """Discount; 0 means the heuristic clip((L/5-1)/(L/5), 0.95, 0.995) from episode length L."""
 
-    # planning (live knobs are marked in KNOB_RANGES)
+    # planning (the live knobs among them: agent/knobs.py)
     horizon: int = 3
     """Latent rollout length for learning, and the planning horizon at start."""
     iterations: int = 0
@@ -163,17 +164,6 @@ MODEL_SIZES: dict[int, tuple[int, int, int, int, int]] = {
     317: (4096, 4096, 1376, 5, 8),
 }
 
-# Knobs that may change between two agent steps: name -> (low, high), inclusive.
-KNOB_RANGES: dict[str, tuple[float, float]] = {
-    "horizon": (1, 16),
-    "iterations": (1, 32),
-    "num_samples": (2, 8192),
-    "num_elites": (1, 1024),
-    "num_pi_trajs": (0, 1024),
-    "temperature": (1e-3, 100.0),
-    "steps_per_update": (1, 64),
-}
-
 # Other fields with numeric bounds: name -> (low, high), inclusive.
 FIELD_RANGES: dict[str, tuple[float, float]] = {
     "episode_length": (1, 100_000),
@@ -223,7 +213,9 @@ def validate(cfg: Config) -> None:
     if cfg.model_size not in MODEL_SIZES:
         sizes = ", ".join(str(s) for s in MODEL_SIZES)
         raise ConfigError(f"model_size must be one of {sizes}, got {cfg.model_size}")
-    ranges = {**FIELD_RANGES, **{k: v for k, v in KNOB_RANGES.items() if k != "iterations"}}
+    # The live knobs' ranges (agent/knobs.py); iterations may be 0 here ("auto").
+    live = {k: v for k, v in knob_ranges("agent").items() if k != "iterations"}
+    ranges = {**FIELD_RANGES, **live}
     for name, (low, high) in ranges.items():
         _check_range(name, getattr(cfg, name), low, high)
     if cfg.num_pi_trajs >= cfg.num_samples:
@@ -258,28 +250,18 @@ def make_config(model_size: int = 5, **overrides: object) -> Config:
     return Config(**{**overrides, "model_size": model_size})
 
 
-def with_knobs(cfg: Config, **knobs: object) -> Config:
+def with_knobs(cfg: Config, **values: object) -> Config:
     """A copy of cfg with live knobs changed, validated; non-knob fields are refused."""
-    not_knobs = sorted(set(knobs) - set(KNOB_RANGES))
+    table = knobs("agent")
+    not_knobs = sorted(set(values) - set(table))
     if not_knobs:
-        raise ConfigError(
-            f"not a live knob: {', '.join(not_knobs)} (knobs: {', '.join(KNOB_RANGES)})"
-        )
-    for name, value in knobs.items():
-        expected = float if name == "temperature" else int
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
-        if expected is int and value != int(value):
-            raise ConfigError(f"{name} must be a whole number, got {value!r}")
-        low, high = KNOB_RANGES[name]
-        _check_range(name, value, low, high)
-        knobs[name] = expected(value)
-    return replace(cfg, **knobs)
+        raise ConfigError(f"not a live knob: {', '.join(not_knobs)} (knobs: {', '.join(table)})")
+    return replace(cfg, **{name: table[name].check(value) for name, value in values.items()})
 
 
 def knobs_of(cfg: Config) -> dict[str, float]:
     """The live-knob values of a config."""
-    return {name: getattr(cfg, name) for name in KNOB_RANGES}
+    return {name: getattr(cfg, name) for name in knobs("agent")}
 
 
 @cache

@@ -1,7 +1,8 @@
 import pytest
 
-from agent.config import KNOB_RANGES, Config, field_docs, make_config, with_knobs
+from agent.config import Config, field_docs, make_config, with_knobs
 from agent.errors import ConfigError
+from agent.knobs import knobs
 
 
 def test_defaults_follow_the_published_method():
@@ -83,7 +84,7 @@ def test_knobs_validated_and_unchanged_on_error():
         with_knobs(cfg, iterations=2.5)
     with pytest.raises(ConfigError, match="num_elites"):
         with_knobs(cfg, num_samples=32, num_elites=64)
-    assert cfg.horizon == 3 and set(KNOB_RANGES) >= {"horizon", "iterations", "num_samples"}
+    assert cfg.horizon == 3 and set(knobs("agent")) >= {"horizon", "iterations", "num_samples"}
 
 
 def test_config_built_directly_takes_its_model_size_preset():

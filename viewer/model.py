@@ -10,19 +10,19 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from agent.knobs import knobs
 from viewer.series import Series, chart_line
 
 LOSSES = ("total_loss", "consistency_loss", "reward_loss", "value_loss", "pi_loss", "q_scale")
-# Knobs the window can move, in panel order, with a short label each.
-KNOB_LABELS = {
-    "merge_every": "merge every (steps)",
-    "horizon": "planning horizon",
-    "iterations": "MPPI iterations",
-    "num_samples": "MPPI samples",
-    "num_elites": "elites",
-    "num_pi_trajs": "policy trajectories",
-    "steps_per_update": "steps per update",
-}
+
+
+def window_knobs() -> dict[str, str]:
+    """The knobs the window has widgets for, name -> label, in the table's order
+    (agent/knobs.py; read at call time)."""
+    return {name: k.title for name, k in knobs().items() if k.in_window}
+
+
+KNOB_LABELS = window_knobs()  # at import: for widgets built once (the knob panel)
 
 
 @dataclass
@@ -226,7 +226,7 @@ class RunModel:
     def knob_rows(self, requested: dict, progress: list[dict]) -> list[KnobRow]:
         """Requested value of each knob versus what each worker applied last."""
         rows = []
-        for name, label in KNOB_LABELS.items():
+        for name, label in window_knobs().items():
             if name not in requested:
                 continue
             applied = [self.applied.get(p["worker"], {}).get(name) for p in progress]

@@ -1,4 +1,5 @@
-"""Command line of launch.py: headless training and the benchmark. Every Config field is a flag."""
+"""Command line of launch.py: headless training. Every Config field is a flag (the benchmark's
+flags, in bench/cli.py, build on the same helpers)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import NoReturn
 from agent.config import MODEL_SIZES, Config, field_docs, make_config
 from agent.envs import resolve_task
 from agent.errors import UserError
+from agent.knobs import knobs
 from workers.presets import Preset, preset_config
 from workers.signals import StopSignals
 from workers.threads import apply_threads, check_threads, choose_threads
@@ -140,6 +142,12 @@ def _config_defaults() -> dict[str, str]:
     return shown
 
 
+def _live(name: str) -> str:
+    """'; live knob in [low, high]' for a knob of the table (agent/knobs.py), else ''."""
+    knob = knobs().get(name)
+    return f"; live knob in {knob.bounds}" if knob else ""
+
+
 def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
     docs = field_docs()
     defaults = _config_defaults()
@@ -152,7 +160,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozense
         flag = "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float, "str": str}.get(f.type)
         # argparse %-formats help text: a literal % must be doubled.
-        text = f"{docs[f.name]} (default: {defaults[f.name]})".replace("%", "%%")
+        text = f"{docs[f.name]} (default: {defaults[f.name]}{_live(f.name)})".replace("%", "%%")
         if f.type == "bool":
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
@@ -189,12 +197,6 @@ EPILOG = """examples:
       time an update, a plan and an environment step (launch.py bench --help for more)
 
 Every flag may also be written key=value (underscores or dashes; switches: compile=false)."""
-
-BENCH_EPILOG = """examples:
-  python3 launch.py bench --model-size 5 --device cpu
-  python3 launch.py bench --learning --task cartpole-swingup --model-size 1 --steps 20000
-  xvfb-run -a python3 launch.py bench --viewer 2
-      the window's frame rate and its cost to training with N workers (needs a display)"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="STEPS",
-        help="agent steps between merges (default: 2500; the CPU demo preset 500)",
+        help="agent steps between merges (default: 2500; the CPU demo preset 500"
+        + _live("merge_every")
+        + ")",
     )
     multi.add_argument(
         "--control-worker", action="store_true", help="one extra worker never merges"
@@ -281,56 +285,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
     )
-    _add_config_flags(parser)
-    return parser
-
-
-def build_bench_parser() -> argparse.ArgumentParser:
-    parser = CliParser(
-        prog="launch.py bench",
-        usage="launch.py bench [--model-size M] [--device D] [--json] [FLAG VALUE | key=value ...]",
-        description="Time a gradient update, a plan and an environment step (median of --repeats"
-        " runs);\nwith the flags below: a learning curve against the published one, a merge, the "
-        "live knobs' lag.",
-        epilog=BENCH_EPILOG,
-    )
-    _add_common(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="torch threads of the timed process, 1 to the number of cores (default: torch's, "
-        "one per core: the figures in BENCHMARKS.md are of an otherwise idle machine)",
-    )
-    parser.add_argument("--repeats", type=int, default=10, help="timed runs (median is reported)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs first")
-    parser.add_argument("--learning", action="store_true", help="learning curve vs published")
-    parser.add_argument(
-        "--merge", type=int, default=0, metavar="N", help="time a merge of N workers"
-    )
-    parser.add_argument("--live", type=int, default=0, metavar="N", help="knob lag, player cost")
-    parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
-    parser.add_argument(
-        "--pack-only", action="store_true", help="time the packs alone (--pack; a GPU's case)"
-    )
-    parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
-    parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
-    parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
-    parser.add_argument("--merge-every", type=int, default=2500, help="agent steps (--merge-gain)")
-    parser.add_argument(
-        "--merge-optimiser",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="Adam moments at a merge: 2 workers train STEPS apart, then each choice is compared",
-    )
-    parser.add_argument(
-        "--updates-after-merge", type=int, default=100, help="updates compared (--merge-optimiser)"
-    )
-    parser.add_argument("--steps", type=int, default=None, help="agent steps (with --learning)")
-    parser.add_argument("--run-dir", default=None, help="run directory (with --learning)")
     _add_config_flags(parser)
     return parser
 
@@ -487,14 +441,6 @@ def run_headless(args: argparse.Namespace, stops: StopSignals | None = None) -> 
 def main(argv: list[str]) -> int:
     stops = StopSignals()
     try:
-        if argv[:1] == ["bench"]:
-            from workers.bench import run_bench
-
-            args = build_bench_parser().parse_args(argv[1:])
-            check_threads(args.threads)
-            if args.threads:
-                apply_threads(args.threads)
-            return run_bench(args, config_from_args(args))
         args = build_parser().parse_args(argv)
         if not args.headless:
             raise UserError("the window is opened by launch.py (this entry point is headless)")

@@ -11,26 +11,23 @@ import json
 import time
 from pathlib import Path
 
-from agent.config import KNOB_RANGES, Config, knobs_of, with_knobs
+from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
+from agent.knobs import knobs
 from workers.rundir import DirLock, atomic_write_json
 
-# Knobs of the workers layer (the agent's own are in agent.config.KNOB_RANGES).
-WORKER_KNOB_RANGES: dict[str, tuple[int, int]] = {"merge_every": (1, 10_000_000)}
 KNOBS = "knobs.json"
 HISTORY = "knobs.jsonl"
 
 
 def validate_knobs(cfg: Config, values: dict[str, object]) -> dict[str, object]:
-    """A full, validated knob dict: the agent's knobs via the config, merge_every here."""
+    """A full, validated knob dict: the agent's knobs via the config, the workers' (merge
+    frequency) from the knob table (agent/knobs.py)."""
     values = dict(values)
-    worker = {k: values.pop(k) for k in list(values) if k in WORKER_KNOB_RANGES}
+    table = knobs("workers")
+    worker = {k: values.pop(k) for k in list(values) if k in table}
     checked = knobs_of(with_knobs(cfg, **values))
-    for name, value in worker.items():
-        low, high = WORKER_KNOB_RANGES[name]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
-        checked[name] = value
+    checked.update({name: table[name].check(value) for name, value in worker.items()})
     return checked
 
 
@@ -136,4 +133,5 @@ class KnobStore:
 
 
 def agent_knobs(values: dict) -> dict:
-    return {k: v for k, v in values.items() if k in KNOB_RANGES}
+    """The knobs the agent applies itself (the others are the worker's)."""
+    return {k: v for k, v in values.items() if k in knobs("agent")}

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from agent.config import KNOB_RANGES, MODEL_SIZES, Config, make_config
+from agent.config import MODEL_SIZES, Config, make_config
 from agent.envs import resolve_task, task_names
 from agent.errors import ConfigError, UserError
-from workers.knobs import WORKER_KNOB_RANGES
+from agent.knobs import knob_ranges as table_ranges
 
 __all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
 
@@ -66,4 +66,4 @@ def model_sizes() -> list[int]:
 
 def knob_ranges() -> dict[str, tuple[float, float]]:
     """Ranges of the live knobs, merge frequency included (for sliders that cannot go out)."""
-    return {**KNOB_RANGES, **WORKER_KNOB_RANGES}
+    return table_ranges()

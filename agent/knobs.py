@@ -1,0 +1,84 @@
+"""The live knobs: one declaration each, from which everything else is derived.
+
+Validation (agent/config.py for the agent's, workers/knobs.py for the run's), the knob record in
+the run directory, the command line's help, and the window's widgets and labels all read this
+table. Adding a knob is one line here plus the line that uses its value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agent.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    """The Config field (layer "agent") or run setting (layer "workers") it sets."""
+    kind: type
+    """int or float."""
+    low: float
+    """Smallest value allowed (inclusive)."""
+    high: float
+    """Largest value allowed (inclusive)."""
+    label: str
+    """What the window calls it."""
+    unit: str = ""
+    """Shown after the label, in brackets."""
+    layer: str = "agent"
+    """Who applies it: "agent" (the planner and the trainer, through the Config) or "workers"
+    (the merging, in the worker process)."""
+    step: int = 0
+    """In the window: 0 a slider; > 0 a number field stepping by this much (wide ranges)."""
+    in_window: bool = True
+    """Whether the window has a widget for it (all are in the record and the command line)."""
+
+    @property
+    def bounds(self) -> str:
+        """ "[low, high]" as a person reads it (no 1e+07 for a whole number)."""
+        low, high = (f"{v:g}" if self.kind is float else str(int(v)) for v in (self.low, self.high))
+        return f"[{low}, {high}]"
+
+    @property
+    def title(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+    def check(self, value: object) -> int | float:
+        """The value as this knob's type, or ConfigError naming the knob and its range."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{self.name} must be a number, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{self.name} must be a finite number, got {value}")
+        if self.kind is int and value != int(value):
+            raise ConfigError(f"{self.name} must be a whole number, got {value!r}")
+        if not self.low <= value <= self.high:
+            low, high = (
+                f"{v:g}" if self.kind is float else str(int(v)) for v in (self.low, self.high)
+            )
+            raise ConfigError(f"{self.name} must be in [{low}, {high}], got {value}")
+        return self.kind(value)
+
+
+# The window shows them in this order.
+KNOBS: tuple[Knob, ...] = (
+    Knob("merge_every", int, 1, 10_000_000, "merge every", "steps", layer="workers", step=500),
+    Knob("horizon", int, 1, 16, "planning horizon"),
+    Knob("iterations", int, 1, 32, "MPPI iterations"),
+    Knob("num_samples", int, 2, 8192, "MPPI samples", step=64),
+    Knob("num_elites", int, 1, 1024, "elites", step=8),
+    Knob("num_pi_trajs", int, 0, 1024, "policy trajectories"),
+    Knob("steps_per_update", int, 1, 64, "steps per update"),
+    Knob("temperature", float, 1e-3, 100.0, "MPPI temperature", in_window=False),
+)
+
+
+def knobs(layer: str | None = None) -> dict[str, Knob]:
+    """The knobs (of one layer), by name, in the table's order. Read at call time, so that a
+    knob added to the table is seen everywhere."""
+    return {k.name: k for k in KNOBS if layer in (None, k.layer)}
+
+
+def knob_ranges(layer: str | None = None) -> dict[str, tuple[float, float]]:
+    return {name: (k.low, k.high) for name, k in knobs(layer).items()}

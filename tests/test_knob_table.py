@@ -1,0 +1,62 @@
+"""One knob table (agent/knobs.py): a knob added there reaches the command line, validation,
+the knob record, the agent and the window model, with no other change."""
+
+import json
+
+import pytest
+from conftest import tiny_config
+
+import agent.knobs
+from agent.config import knobs_of, with_knobs
+from agent.errors import ConfigError
+from agent.knobs import Knob, knobs
+from viewer.model import RunModel, window_knobs
+from workers.cli import build_parser
+from workers.knobs import KnobStore, validate_knobs
+
+
+@pytest.fixture
+def min_std_knob(monkeypatch):
+    """min_std (a Config field the planner reads) made a live knob by one line in the table."""
+    knob = Knob("min_std", float, 0.01, 1.0, "MPPI minimum std")
+    monkeypatch.setattr(agent.knobs, "KNOBS", (*agent.knobs.KNOBS, knob))
+    return knob
+
+
+def test_a_knob_added_to_the_table_appears_everywhere(min_std_knob, tmp_path):
+    cfg = tiny_config()
+    # The command line says it is live, with its range.
+    help_text = " ".join(build_parser().format_help().split())
+    assert "--min-std FLOAT Lower clamp of the MPPI sampling std. (default: 0.05; live knob in" in (
+        help_text
+    )
+    # Validation and the agent: set live, range refused with one message.
+    assert with_knobs(cfg, min_std=0.2).min_std == 0.2
+    with pytest.raises(ConfigError, match=r"min_std must be in \[0.01, 1\], got 5"):
+        with_knobs(cfg, min_std=5)
+    assert knobs_of(cfg)["min_std"] == cfg.min_std
+    # The knob record holds it from the start, and takes a change.
+    store = KnobStore(tmp_path)
+    store.initialise(cfg, merge_every=2500)
+    assert json.loads((tmp_path / "knobs.json").read_text())["values"]["min_std"] == 0.05
+    version = store.set(cfg, min_std=0.3)
+    assert store.read() == (
+        version,
+        validate_knobs(cfg, {**knobs_of(cfg), "min_std": 0.3, "merge_every": 2500}),
+    )
+    # The window model has a row for it, labelled from the table.
+    assert window_knobs()["min_std"] == "MPPI minimum std"
+    model = RunModel(1, 100, None)
+    rows = model.knob_rows({**store.read()[1]}, [{"worker": 0}])
+    assert [r.label for r in rows if r.name == "min_std"] == ["MPPI minimum std"]
+
+
+def test_the_table_is_what_the_layers_use():
+    table = knobs()
+    assert list(table)[0] == "merge_every" and table["merge_every"].layer == "workers"
+    assert set(knobs("agent")) == set(table) - {"merge_every"}
+    assert table["temperature"].kind is float and not table["temperature"].in_window
+    with pytest.raises(ConfigError, match=r"merge_every must be in \[1, 10000000\], got 0"):
+        validate_knobs(tiny_config(), {"merge_every": 0})
+    with pytest.raises(ConfigError, match="horizon must be a whole number"):
+        with_knobs(tiny_config(), horizon=2.5)
