@@ -158,10 +158,12 @@ def run(argv: list[str]) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     if argv[:1] == ["bench"] and _given(argv, "viewer", switch=False):
-        from viewer.bench import main as bench_main
+        from bench.viewer import main as bench_main
 
         return bench_main(argv[1:])
-    if argv[:1] == ["bench"] or _given(argv, "headless"):
+    if argv[:1] == ["bench"]:
+        from bench.cli import main as cli_main
+    elif _given(argv, "headless"):
         from workers.cli import main as cli_main
     else:
         from viewer.main import main as cli_main

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from agent.errors import UserError
-from workers import bench_pack
-from workers.cli import main
+from bench import pack as bench_pack
+from bench.cli import main
 
 TINY = (
     "--task cartpole-balance --model-size 1 --device cpu --enc-dim 32 --mlp-dim 64 "

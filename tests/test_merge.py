@@ -76,7 +76,7 @@ def test_non_finite_and_garbage_weights_never_poison_the_average(tmp_path):
 
 def test_adam_moments_average_over_workers():
     # The merge-optimiser benchmark's "averaged moments" choice: each moment the workers' mean.
-    from workers.bench_run import _optimiser_moments
+    from bench.run import _optimiser_moments
 
     states = []
     for grad in (1.0, 3.0):

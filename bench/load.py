@@ -1,6 +1,6 @@
 """The plain headless run on a loaded machine: torch's default threads against the thread policy.
 
-    TDMPC2_LIVE_NO_BOOTSTRAP=1 .venv/bin/python -m workers.bench_load [--seconds 60] [--load 1]
+    TDMPC2_LIVE_NO_BOOTSTRAP=1 .venv/bin/python -m bench.load [--seconds 60] [--load 1]
 
 Starts `--load` CPU-bound processes (a Python busy loop each), then runs the plain headless
 command (`launch.py --headless`) for `--seconds`, stops it with SIGTERM and reads its progress
@@ -104,7 +104,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.bench_load", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
     parser.add_argument("--task", default="cartpole-balance")
     parser.add_argument("--model-size", type=int, default=1)
     parser.add_argument("--seed-steps", type=int, default=500, help="also the pretraining updates")

@@ -1,18 +1,14 @@
-"""`launch.py bench`: time update, plan and env step; FLOP rate against this machine's matmul
-rate; (--learning) a learning curve compared with the published TD-MPC2 curve. The benchmarks
-of the multi-worker run are in bench_run.py; run_bench dispatches to all of them."""
+"""`launch.py bench` without a mode flag: time update, plan and env step; the FLOP rate achieved
+against this machine's matmul rate. The other modes are in their own modules; bench/cli.py
+dispatches to all of them."""
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
 import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,15 +18,6 @@ from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of
 from agent.envs import make_env
-from workers.bench_run import (
-    live_benchmark,
-    merge_benchmark,
-    merge_gain_benchmark,
-    merge_optimiser_benchmark,
-)
-from workers.cli import default_run_dir
-
-PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
 
 # The authors' implementation on a quiet 2-core CPU machine (platform notes), float32, batch 256,
 # horizon 3, 512 samples x 6 iterations: (update ms, plan ms).
@@ -198,118 +185,3 @@ def print_table(r: dict) -> None:
         f"({r['fraction_of_matmul_rate']:.0%}); "
         f"{r['time_over_floor']}x the floor of {r['floor_ms']} ms"
     )
-
-
-def published_curve(task: str) -> list[tuple[int, float]] | None:
-    """Mean published return over seeds at each environment step, or None if not published."""
-    path = PUBLISHED / f"{task}.csv"
-    if not path.exists():
-        return None
-    by_step: dict[int, list[float]] = {}
-    with path.open() as f:
-        for row in csv.DictReader(f):
-            by_step.setdefault(int(float(row["step"])), []).append(float(row["reward"]))
-    return sorted((step, float(np.mean(v))) for step, v in by_step.items())
-
-
-def compare_with_published(
-    task: str, evals: list[tuple[int, float]], action_repeat: int
-) -> list[dict]:
-    """Each of our evaluations beside the published curve interpolated at the same env step."""
-    curve = published_curve(task)
-    if curve is None:
-        return []
-    steps, values = zip(*curve)
-    rows = []
-    for agent_step, ret in evals:
-        env_step = agent_step * action_repeat
-        if env_step > steps[-1]:
-            break
-        published = float(np.interp(env_step, steps, values))
-        rows.append(
-            {
-                "agent_step": agent_step,
-                "env_step": env_step,
-                "return": round(ret, 1),
-                "published": round(published, 1),
-                "ratio": round(ret / published, 2) if published > 0 else None,
-            }
-        )
-    return rows
-
-
-def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
-    from workers.rundir import RunDir
-    from workers.trainer import Trainer
-
-    run = RunDir.create(run_dir or default_run_dir(f"learning-{cfg.task}"))
-    summary = Trainer(cfg, run).run()
-    rows = compare_with_published(cfg.task, summary["eval_returns"], cfg.action_repeat)
-    result = {
-        "task": cfg.task,
-        "run_dir": str(run.path),
-        "evals": summary["eval_returns"],
-        "comparison": rows,
-    }
-    (run.path / "learning.json").write_text(json.dumps(result, indent=2))
-    return result
-
-
-def run_bench(args: argparse.Namespace, cfg: Config) -> int:
-    if args.learning:
-        result = learning_benchmark(cfg, args.run_dir)
-        if args.json:
-            print(json.dumps(result))
-            return 0
-        print(f"learning curve of {cfg.task}: run directory {result['run_dir']}")
-        if not result["comparison"]:
-            print("(no published curve for this task; evaluations:)")
-            for step, ret in result["evals"]:
-                print(f"  agent step {step:>8}: return {ret:.1f}")
-        for row in result["comparison"]:
-            print(
-                f"  agent step {row['agent_step']:>8} (env {row['env_step']:>8}): return "
-                f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}"
-            )
-        return 0
-    if args.merge_gain:
-        counts = [int(c) for c in args.merge_gain.split(",")]
-        root = args.run_dir or str(default_run_dir(f"merge-gain-{cfg.task}"))
-        result = merge_gain_benchmark(cfg, counts, args.threshold, args.merge_every, root)
-        Path(root).mkdir(parents=True, exist_ok=True)
-        (Path(root) / "merge-gain.json").write_text(json.dumps(result, indent=2))
-        print(json.dumps(result, indent=None if args.json else 2))
-        return 0
-    if args.merge_optimiser:
-        result = merge_optimiser_benchmark(cfg, args.merge_optimiser, args.updates_after_merge)
-        print(json.dumps(result, indent=None if args.json else 2))
-        return 0
-    if args.live:
-        root = args.run_dir or str(default_run_dir(f"live-{cfg.task}"))
-        result = live_benchmark(cfg, args.live, args.seconds, root)
-        print(json.dumps(result, indent=None if args.json else 2))
-        return 0
-    if args.pack:
-        from workers.bench_pack import format_pack, pack_benchmark, parse_packs  # imports this
-
-        packs = parse_packs(args.pack)
-        result = pack_benchmark(
-            cfg, packs, args.repeats, args.warmup, args.threads, processes=not args.pack_only
-        )
-        print(json.dumps(result) if args.json else format_pack(result))
-        return 0
-    if args.merge:
-        result = merge_benchmark(cfg, args.merge, args.repeats)
-        print(
-            json.dumps(result)
-            if args.json
-            else f"merge of {result['workers']} workers, {cfg.model_size}M "
-            f"({result['floats_merged']:,} floats): {result['merge_ms']} ms per merge"
-        )
-        return 0
-    result = speed_benchmark(cfg, args.repeats, args.warmup)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_table(result)
-    return 0

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.cli import build_bench_parser
 from viewer.app import FRAME_H, FRAME_W, App
 from viewer.controller import WORKER_NICE, Controller
 from viewer.main import check_display
-from workers.cli import build_bench_parser, config_from_args, default_run_dir, demo_requested
+from workers.cli import config_from_args, default_run_dir, demo_requested
 from workers.presets import UserError, demo_preset
 from workers.run import Run, RunSettings
 

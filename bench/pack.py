@@ -23,7 +23,7 @@ from agent.agent import TDMPC2, resolve_device
 from agent.config import Config
 from agent.envs import make_vector_env
 from agent.errors import UserError
-from workers.bench import filled_buffer
+from bench.speed import filled_buffer
 from workers.threads import apply_threads, available_cores
 
 PROCESS_TIMEOUT_S = 600.0  # a stuck process fails the comparison instead of hanging it

@@ -1,0 +1,70 @@
+"""`launch.py bench --learning`: train, then set each evaluation beside the published TD-MPC2
+curve (`assets/published/`) at the same environment step."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from agent.config import Config
+from workers.cli import default_run_dir
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
+
+
+def published_curve(task: str) -> list[tuple[int, float]] | None:
+    """Mean published return over seeds at each environment step, or None if not published."""
+    path = PUBLISHED / f"{task}.csv"
+    if not path.exists():
+        return None
+    by_step: dict[int, list[float]] = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            by_step.setdefault(int(float(row["step"])), []).append(float(row["reward"]))
+    return sorted((step, float(np.mean(v))) for step, v in by_step.items())
+
+
+def compare_with_published(
+    task: str, evals: list[tuple[int, float]], action_repeat: int
+) -> list[dict]:
+    """Each of our evaluations beside the published curve interpolated at the same env step."""
+    curve = published_curve(task)
+    if curve is None:
+        return []
+    steps, values = zip(*curve)
+    rows = []
+    for agent_step, ret in evals:
+        env_step = agent_step * action_repeat
+        if env_step > steps[-1]:
+            break
+        published = float(np.interp(env_step, steps, values))
+        rows.append(
+            {
+                "agent_step": agent_step,
+                "env_step": env_step,
+                "return": round(ret, 1),
+                "published": round(published, 1),
+                "ratio": round(ret / published, 2) if published > 0 else None,
+            }
+        )
+    return rows
+
+
+def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
+    from workers.rundir import RunDir
+    from workers.trainer import Trainer
+
+    run = RunDir.create(run_dir or default_run_dir(f"learning-{cfg.task}"))
+    summary = Trainer(cfg, run).run()
+    rows = compare_with_published(cfg.task, summary["eval_returns"], cfg.action_repeat)
+    result = {
+        "task": cfg.task,
+        "run_dir": str(run.path),
+        "evals": summary["eval_returns"],
+        "comparison": rows,
+    }
+    (run.path / "learning.json").write_text(json.dumps(result, indent=2))
+    return result
