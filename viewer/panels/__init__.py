@@ -1,0 +1,45 @@
+"""The window's panels: each builds its widgets once (`build`) and shows a new view (`apply`).
+
+A panel owns its widgets and the callbacks on them; the app only places the panels, lays them out
+and runs the frame loop. Panels talk to the run only through the controller, and to each other
+through the few callables the app hands them (notify, relayout), so each reads on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import dearpygui.dearpygui as dpg
+
+from viewer import theme
+from viewer.controller import View
+
+
+class Panel(Protocol):
+    def build(self) -> None:
+        """Create the widgets, inside whatever container the app has open."""
+
+    def apply(self, view: View) -> None:
+        """Show a new view (called on the GUI thread only when the view changed)."""
+
+
+class TextStyles:
+    """Named text colours, shared by the panels. Made once the Dear PyGui context exists (`load`),
+    because a theme is a Dear PyGui item; until then the panels only hold this object."""
+
+    COLOURS = dict(
+        muted=theme.MUTED,
+        warning=theme.WARNING,
+        danger=theme.DANGER,
+        good=theme.GOOD,
+        accent=theme.ACCENT,
+    )
+
+    def __init__(self) -> None:
+        self._themes: dict[str, int] = {}
+
+    def load(self) -> None:
+        self._themes = {name: theme.text_theme(colour) for name, colour in self.COLOURS.items()}
+
+    def bind(self, item: int | str, name: str) -> None:
+        dpg.bind_item_theme(item, self._themes[name])
