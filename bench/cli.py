@@ -20,9 +20,13 @@ from bench.run import (
     merge_optimiser_benchmark,
 )
 from bench.speed import print_table, speed_benchmark
-from workers.cli import CliParser, config_from_args, default_run_dir
-from workers.cli import _add_common as add_common
-from workers.cli import _add_config_flags as add_config_flags
+from workers.cli import (
+    CliParser,
+    add_common_flags,
+    add_config_flags,
+    config_from_args,
+    default_run_dir,
+)
 from workers.threads import apply_threads, check_threads
 
 BENCH_EPILOG = """examples:
@@ -43,7 +47,7 @@ def build_bench_parser() -> argparse.ArgumentParser:
         "live knobs' lag.",
         epilog=BENCH_EPILOG,
     )
-    add_common(parser)
+    add_common_flags(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--threads",

@@ -300,7 +300,7 @@ def test_help_shows_defaults_examples_and_bench():
     for shown in (
         "--model-size M 1, 5, 19 or 48 million parameters (default: 5)",
         "(default: walker-walk)",
-        "(default: 512)",  # --num-samples, from the walker-walk 5M preset
+        "(default: 512; live knob in [2, 8192])",  # --num-samples: 5M preset, knob table
         "(default: 0.0003)",  # --lr
         "(default: on)",  # --compile
     ):

@@ -148,7 +148,7 @@ def _live(name: str) -> str:
     return f"; live knob in {knob.bounds}" if knob else ""
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
+def add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
     docs = field_docs()
     defaults = _config_defaults()
     group = parser.add_argument_group(
@@ -167,7 +167,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozense
             group.add_argument(flag, type=kind, default=None, metavar=f.type.upper(), help=text)
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task", default=None, help=f"DMControl task as domain-task (default: {DEFAULT_TASK})"
     )
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     parser.add_argument("--headless", action="store_true", help="train without a window")
-    _add_common(parser)
+    add_common_flags(parser)
     parser.add_argument(
         "--steps",
         type=int,
@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
     )
-    _add_config_flags(parser)
+    add_config_flags(parser)
     return parser
 
 
