@@ -29,7 +29,7 @@ def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
     agent = TDMPC2(cfg, obs_dim, action_dim)
-    state = {k: v.detach().cpu() for k, v in agent.model.state_dict().items()}
+    state = {k: v.detach().cpu() for k, v in agent.model_state().items()}
     params = sum(v.numel() for v in state.values())
     with tempfile.TemporaryDirectory() as tmp:
         backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
@@ -39,7 +39,7 @@ def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
                 backend.publish(other, r, state)
             start = time.perf_counter()
             result = backend.merge(0, r, state)
-            agent.model.load_state_dict(result.merged)
+            agent.load_model_state(result.merged, [0])
             if agent.device.type == "cuda":
                 torch.cuda.synchronize(agent.device)
             times.append((time.perf_counter() - start) * 1000)
@@ -191,13 +191,13 @@ def merge_optimiser_benchmark(cfg: Config, train_steps: int, updates: int) -> di
     for name, (state, reset) in choices.items():
         agent = TDMPC2(cfg, obs_dim, action_dim)
         agent.load_state_dict(copy.deepcopy(state), weights_only=reset)
-        start = {k: v.clone() for k, v in agent.model.state_dict().items()}
+        start = {k: v.clone() for k, v in agent.model_state().items()}
         torch.manual_seed(cfg.seed)
         losses, moved_10 = [], None
         for i, batch in enumerate(batches):
             losses.append(float(agent.update(batch)["total_loss"]))
             if i == 9:
-                moved_10 = distance(agent.model.state_dict(), start)
+                moved_10 = distance(agent.model_state(), start)
         results[name] = {
             "loss_first_10": round(float(np.mean(losses[:10])), 4),
             f"loss_first_{updates}": round(float(np.mean(losses)), 4),

@@ -5,6 +5,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from agent.errors import ConfigError, UserError
 from workers.merge import FileMergeBackend
 from workers.player import FrameBuffer, Pace, _ShownWeights, model_weights, weights_file
 from workers.run import Run, RunSettings
-from workers.rundir import RunDir, load_state
+from workers.rundir import RunDir, load_state, save_state
 
 EPISODE = 200  # long enough that a reset is told apart from an episode's natural end
 
@@ -245,6 +246,33 @@ def test_player_notices_newer_weights_of_the_shown_source(live):
     shown.refresh(-1)
     assert not shown.newer()
     log.close()
+
+
+def test_the_shown_weights_are_the_files_not_just_a_label(tmp_path):
+    # Merge files hold one worker's networks (no pack dimension); the player's agent is a pack
+    # of one: the weights must land in it, and a file for another model must not.
+    cfg = tiny(10)
+    env = DMControlEnv(cfg.task)
+    dims = env.observation_space.shape[0], env.action_space.shape[0]
+    env.close()
+    agent, other = TDMPC2(cfg, *dims), TDMPC2(replace(cfg, seed=7), *dims)
+    (tmp_path / "merge").mkdir()
+    save_state(tmp_path / "merge" / "merged.pt", {"model": other.model_state(), "round": 3})
+    log = RunDir(tmp_path, metrics="player-test.jsonl")
+    shown = _ShownWeights(agent, tmp_path, log)
+    shown.refresh(-1)
+    assert shown.round == 3
+    assert all(torch.equal(agent.model_state()[k], v) for k, v in other.model_state().items())
+    bigger = TDMPC2(replace(cfg, mlp_dim=cfg.mlp_dim * 2), *dims)
+    save_state(tmp_path / "merge" / "merged.pt", {"model": bigger.model_state(), "round": 4})
+    os.utime(tmp_path / "merge" / "merged.pt", (time.time() + 10, time.time() + 10))
+    shown.refresh(-1)  # refused and logged; the last good weights stay
+    assert shown.round == 3
+    log.close()
+    errors = [
+        json.loads(line) for line in (tmp_path / "player-test.jsonl").read_text().splitlines()
+    ]
+    assert "weights do not match this model size" in errors[-1]["message"]
 
 
 def steps_played(run: Run, seconds: float) -> int:

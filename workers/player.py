@@ -27,6 +27,7 @@ from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import DMControlEnv
 from agent.errors import WeightsError
+from workers.paths import PLAYER_LOG, checkpoint_path, merge_dir, merged_path, weights_name
 from workers.rundir import RunDir, load_state
 from workers.signals import child_signals
 from workers.threads import SHOWCASE_THREADS, apply_threads
@@ -177,13 +178,12 @@ def task_cameras(task: str) -> list[str]:
 
 
 def merged_file(run_path: Path) -> Path:
-    return run_path / "merge" / "merged.pt"
+    return merged_path(run_path)
 
 
 def worker_files(run_path: Path, worker: int) -> tuple[Path, Path]:
     """Worker k's weights as it merged them last, and its last checkpoint."""
-    name = f"worker-{worker}.pt"
-    return run_path / "merge" / name, run_path / "checkpoints" / name
+    return merge_dir(run_path) / weights_name(worker), checkpoint_path(run_path, worker)
 
 
 def _mtime(path: Path) -> float | None:
@@ -227,7 +227,7 @@ class _ShownWeights:
     def __init__(self, agent: TDMPC2, run_path: Path, log: RunDir):
         self.agent, self.run_path, self.log = agent, run_path, log
         # Kept to show "untrained" again when switching to a source with no weights yet.
-        self.untrained = {k: v.clone() for k, v in agent.model.state_dict().items()}
+        self.untrained = {k: v.clone() for k, v in agent.model_state().items()}
         self.loaded: tuple | None = None  # (source, path, mtime) now in the model
         self.source, self.round, self.step = -1, -1, -1
 
@@ -248,18 +248,18 @@ class _ShownWeights:
         switched = self.loaded is None or self.loaded[0] != source
         self.loaded, self.source = key, source
         if found is None:
-            self.agent.model.load_state_dict(self.untrained)
+            self.agent.load_model_state(self.untrained, [0])
             self.round, self.step = -1, -1
             return
         try:
             state = load_state(found[0], self.agent.device)
             model, round_, step = model_weights(state)
-            self.agent.model.load_state_dict(model)
+            self.agent.load_model_state(self.agent.checked_model_state(model), [0])
             self.round, self.step = round_, step
         except (WeightsError, KeyError, RuntimeError, TypeError, ValueError) as err:
             self.log.log("error", message=f"showcase could not load {found[0]}: {err}")
             if switched:  # never show another source's weights under this source's name
-                self.agent.model.load_state_dict(self.untrained)
+                self.agent.load_model_state(self.untrained, [0])
                 self.round, self.step = -1, -1
 
 
@@ -318,7 +318,7 @@ def player_main(
     light_rendering(env)
     agent = TDMPC2(cfg, env.observation_space.shape[0], env.action_space.shape[0])
     frames = FrameBuffer(spec.height, spec.width, spec.frame_name, create=False)
-    log = RunDir(spec.run_path, metrics="player.jsonl")
+    log = RunDir(spec.run_path, metrics=PLAYER_LOG)
     shown = _ShownWeights(agent, Path(spec.run_path), log)
     step_seconds = env.physics.timestep() * cfg.action_repeat
     pace = Pace(step_seconds)
