@@ -11,6 +11,7 @@ from agent.config import knobs_of, with_knobs
 from agent.errors import ConfigError
 from agent.knobs import Knob, knobs
 from viewer.model import RunModel, window_knobs
+from viewer.panels.knobs import knob_widgets
 from workers.cli import build_parser
 from workers.knobs import KnobStore, validate_knobs
 
@@ -49,6 +50,14 @@ def test_a_knob_added_to_the_table_appears_everywhere(min_std_knob, tmp_path):
     model = RunModel(1, 100, None)
     rows = model.knob_rows({**store.read()[1]}, [{"worker": 0}])
     assert [r.label for r in rows if r.name == "min_std"] == ["MPPI minimum std"]
+    # The window's knob panel builds a float slider for it.
+    widget = next(w for w in knob_widgets() if w.name == "min_std")
+    assert (widget.label, widget.low, widget.high, widget.kind) == (
+        "MPPI minimum std",
+        0.01,
+        1.0,
+        float,
+    )
 
 
 def test_the_table_is_what_the_layers_use():

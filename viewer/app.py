@@ -29,14 +29,14 @@ from viewer.panels import Panel, TextStyles
 from viewer.panels.charts import ChartsPanel
 from viewer.panels.controls import ControlsPanel
 from viewer.panels.dialogs import DialogsPanel
-from viewer.panels.knobs import TYPED_KNOBS, KnobsPanel
+from viewer.panels.knobs import KnobsPanel
 from viewer.panels.showcase import FRAME_H, FRAME_W, ShowcasePanel
 from viewer.panels.status import StatusPanel
 from viewer.panels.workers import WorkersPanel
 from viewer.recorder import ClipRecorder
 
 # Still importable from here: the frame size (main, bench) and the typed knobs (knob table).
-__all__ = ["App", "FRAME_H", "FRAME_W", "TYPED_KNOBS"]
+__all__ = ["App", "FRAME_H", "FRAME_W"]
 
 TITLE = "TD-MPC2 Live"
 NO_WATCH_IDLE_S = 0.2  # without an input watch, input is noticed only at a frame: draw often

@@ -22,9 +22,6 @@ def window_knobs() -> dict[str, str]:
     return {name: k.title for name, k in knobs().items() if k.in_window}
 
 
-KNOB_LABELS = window_knobs()  # at import: for widgets built once (the knob panel)
-
-
 @dataclass
 class KnobRow:
     name: str

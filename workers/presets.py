@@ -14,7 +14,6 @@ import torch
 from agent.config import MODEL_SIZES, Config, make_config
 from agent.envs import resolve_task, task_names
 from agent.errors import ConfigError, UserError
-from agent.knobs import knob_ranges as table_ranges
 
 __all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
 
@@ -62,8 +61,3 @@ def tasks() -> list[str]:
 
 def model_sizes() -> list[int]:
     return sorted(MODEL_SIZES)
-
-
-def knob_ranges() -> dict[str, tuple[float, float]]:
-    """Ranges of the live knobs, merge frequency included (for sliders that cannot go out)."""
-    return table_ranges()

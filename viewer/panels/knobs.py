@@ -1,8 +1,8 @@
 """The knob panel: one widget per live knob, the value each worker runs with beside it, and the
 debounce that sends a change once the slider rests (one knob version per gesture, not per pixel).
 
-The panel learns which knobs exist, their order, labels, ranges and widget kind in one place,
-`knob_widgets()`; change that function and the panel follows.
+The panel learns which knobs exist, their order, labels, ranges and widget kind from the knob
+table (agent/knobs.py), through `knob_widgets()`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from dataclasses import dataclass
 
 import dearpygui.dearpygui as dpg
 
+from agent.knobs import knobs
 from viewer.controller import View
-from viewer.model import KNOB_LABELS
 from viewer.panels import TextStyles
-from workers.presets import knob_ranges
 
-# Knobs entered as numbers rather than dragged (wide ranges): name -> the +/- step.
-TYPED_KNOBS = {"merge_every": 500, "num_samples": 64, "num_elites": 8}
 KNOB_DEBOUNCE_S = 0.35
 
 
@@ -29,19 +26,19 @@ class KnobWidget:
 
     name: str
     label: str
-    low: int
-    high: int
+    low: float
+    high: float
     step: int | None  # typed entry with this +/- step; None: a slider
+    kind: type = int  # int: integer widgets; float: a float slider
 
 
 def knob_widgets() -> list[KnobWidget]:
-    """The knobs the window shows, in panel order: the panel's one source of its knob list."""
-    ranges = knob_ranges()
-    widgets = []
-    for name, label in KNOB_LABELS.items():
-        low, high = (int(v) for v in ranges[name])
-        widgets.append(KnobWidget(name, label, low, high, TYPED_KNOBS.get(name)))
-    return widgets
+    """The knobs the window shows, in the table's order."""
+    return [
+        KnobWidget(k.name, k.title, k.kind(k.low), k.kind(k.high), k.step or None, k.kind)
+        for k in knobs().values()
+        if k.in_window
+    ]
 
 
 class KnobsPanel:
@@ -55,7 +52,8 @@ class KnobsPanel:
         self.styles = styles
         self._knobs = knobs
         self.knobs: list[KnobWidget] = []
-        self.pending: dict[str, int] = {}
+        self.pending: dict[str, int | float] = {}
+        self._kinds: dict[str, type] = {}
         self.pending_since = 0.0
 
     @property
@@ -64,6 +62,7 @@ class KnobsPanel:
 
     def build(self) -> None:
         self.knobs = self._knobs()
+        self._kinds = {knob.name: knob.kind for knob in self.knobs}
         dpg.add_spacer(height=4)
         dpg.add_text("Speed knobs", tag="knobs_title")
         self.styles.bind("knobs_title", "accent")
@@ -82,7 +81,9 @@ class KnobsPanel:
                         callback=self._on_knob,
                         user_data=knob.name,
                     )
-                    if knob.step is not None:
+                    if knob.kind is float:
+                        dpg.add_slider_float(clamped=True, **kwargs)
+                    elif knob.step is not None:
                         dpg.add_input_int(
                             step=knob.step,
                             min_clamped=True,
@@ -98,7 +99,7 @@ class KnobsPanel:
         for row in view.knobs:
             tag = f"knob_{row.name}"
             if row.name not in self.pending and not dpg.is_item_active(tag):
-                dpg.set_value(tag, int(row.requested))
+                dpg.set_value(tag, self._kinds[row.name](row.requested))
             text = dpg.get_value(f"knob_applied_{row.name}")
             new = row.applied_text
             if text != new:
@@ -111,7 +112,7 @@ class KnobsPanel:
         return any(dpg.is_item_active(tag) for tag in self.tags)
 
     def _on_knob(self, sender, value, name) -> None:
-        self.pending[name] = int(value)
+        self.pending[name] = self._kinds[name](value)
         self.pending_since = time.monotonic()
 
     def flush(self) -> None:
