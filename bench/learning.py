@@ -3,28 +3,13 @@ curve (`assets/published/`) at the same environment step."""
 
 from __future__ import annotations
 
-import csv
 import json
-from pathlib import Path
 
 import numpy as np
 
 from agent.config import Config
+from agent.published import published_curve
 from workers.cli import default_run_dir
-
-PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
-
-
-def published_curve(task: str) -> list[tuple[int, float]] | None:
-    """Mean published return over seeds at each environment step, or None if not published."""
-    path = PUBLISHED / f"{task}.csv"
-    if not path.exists():
-        return None
-    by_step: dict[int, list[float]] = {}
-    with path.open() as f:
-        for row in csv.DictReader(f):
-            by_step.setdefault(int(float(row["step"])), []).append(float(row["reward"]))
-    return sorted((step, float(np.mean(v))) for step, v in by_step.items())
 
 
 def compare_with_published(
@@ -34,7 +19,7 @@ def compare_with_published(
     curve = published_curve(task)
     if curve is None:
         return []
-    steps, values = zip(*curve)
+    steps, values = curve
     rows = []
     for agent_step, ret in evals:
         env_step = agent_step * action_repeat

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
+from agent.published import PUBLISHED
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
-from viewer.series import PUBLISHED, Series, downsample, published_curve, smooth
+from viewer.series import Series, downsample, published_curve, smooth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

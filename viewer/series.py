@@ -7,12 +7,10 @@ reduced by min/max buckets (so spikes stay visible).
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import numpy as np
 
-PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
+from agent.published import published_curve as read_published
+
 ACTION_REPEAT = 2  # the published CSVs count environment steps
 
 
@@ -101,13 +99,5 @@ def chart_line(
 
 def published_curve(task: str) -> tuple[np.ndarray, np.ndarray] | None:
     """The authors' mean evaluation return over seeds at each agent step, if published."""
-    path = PUBLISHED / f"{task}.csv"
-    if not path.exists():
-        return None
-    by_step: dict[int, list[float]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            by_step.setdefault(int(float(row["step"])), []).append(float(row["reward"]))
-    steps = np.array(sorted(by_step), dtype=float)
-    means = np.array([np.mean(by_step[int(s)]) for s in steps])
-    return steps / ACTION_REPEAT, means
+    curve = read_published(task)
+    return None if curve is None else (curve[0] / ACTION_REPEAT, curve[1])
