@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from agent.errors import WeightsError
+from workers.paths import MEMBERS, MERGED, members_path, merge_dir, merged_path, weights_name
 from workers.rundir import DirLock, atomic_write_json, load_state, save_state
 
 State = dict[str, torch.Tensor]
@@ -98,16 +99,13 @@ class MergeResult:
     distances: dict[int, float] = field(default_factory=dict)
 
 
-MEMBERS = "members.json"
-
-
 def write_members(
     run_path: str | Path, workers: list[int], down: dict[int, str] | None = None
 ) -> None:
     """Record which workers take part in merges from now on (atomic). `down`: workers of the
     run that are not running now (crashed, restarting), with why: nobody waits for them, and
     each merge reports them as left out."""
-    path = Path(run_path) / "merge" / MEMBERS
+    path = members_path(run_path)
     path.parent.mkdir(exist_ok=True)  # not parents: a vanished run directory is not recreated
     down = {int(k): str(v) for k, v in (down or {}).items()}
     record = {
@@ -120,7 +118,7 @@ def write_members(
 def merged_step(run_path: str | Path) -> int:
     """The agent step of the newest merged weights (-1: none, or unreadable)."""
     try:
-        return int(load_state(Path(run_path) / "merge" / "merged.pt").get("step", 0))
+        return int(load_state(merged_path(run_path)).get("step", 0))
     except (WeightsError, ValueError, TypeError):
         return -1
 
@@ -137,7 +135,7 @@ class FileMergeBackend:
     ):
         """`stop`: polled while waiting for the others; once it returns True, merge raises
         MergeStopped (a stopping worker must not wait out the timeout before its checkpoint)."""
-        self.dir = Path(run_path) / "merge"
+        self.dir = merge_dir(run_path)
         self.dir.mkdir(exist_ok=True)  # not parents: a vanished run directory stays gone
         self.workers, self.timeout_s = list(workers), timeout_s
         self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
@@ -156,7 +154,7 @@ class FileMergeBackend:
         return list(self.workers)
 
     def _path(self, worker: int) -> Path:
-        return self.dir / f"worker-{worker}.pt"
+        return self.dir / weights_name(worker)
 
     def _lock(self, path: Path) -> DirLock:
         return DirLock(str(path) + ".lock", timeout=self.timeout_s)
@@ -276,6 +274,6 @@ class FileMergeBackend:
         payload["model"] = {k: v.cpu() for k, v in state.items()}
         if step is not None:
             payload["step"] = int(step)
-        merged_path = self.dir / "merged.pt"
+        merged_path = self.dir / MERGED
         with self._lock(merged_path):
             save_state(merged_path, payload)

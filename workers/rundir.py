@@ -23,11 +23,9 @@ import torch
 from filelock import FileLock
 
 from agent.errors import UserError, WeightsError
+from workers.paths import CONFIG, METRICS, WEIGHTS
 
 T = TypeVar("T")
-CONFIG = "config.json"
-METRICS = "metrics.jsonl"
-WEIGHTS = "weights.pt"
 
 
 class DirLock:

@@ -26,6 +26,7 @@ from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, MergeStopped
+from workers.paths import checkpoint_path, merged_path, metrics_name, weights_name
 from workers.rundir import (
     RunDir,
     human_size,
@@ -114,14 +115,6 @@ class WorkerSpec:
     tensorboard: bool = True  # mirror the metrics into tb/worker-K/ (workers/exporters.py)
     wandb: bool = False
     merge_every: int = 2500  # the run's (RunSettings), used until a knob record says otherwise
-
-
-def metrics_name(index: int) -> str:
-    return f"worker-{index}.jsonl"
-
-
-def checkpoint_path(run_path: str | Path, index: int) -> Path:
-    return Path(run_path) / "checkpoints" / f"worker-{index}.pt"
 
 
 class WorkerHooks:
@@ -484,7 +477,7 @@ def _start(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int, int] 
         if "merge_every" in state:  # older checkpoints kept no merge frequency
             return int(state.get("knob_version", -1)), int(state["merge_every"])
     elif spec.start_from_merged:
-        merged = Path(spec.run_path) / "merge" / "merged.pt"
+        merged = merged_path(spec.run_path)
         join_step = max(spec.join_step, int(join.value) if join is not None else 0)
         if merged.exists():
             weights = trainer.agent.checked_model_state(
@@ -517,7 +510,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
     if spec.nice:
         os.nice(spec.nice)
     runs = [
-        RunDir(sp.run_path, metrics=metrics_name(sp.index), weights=f"worker-{sp.index}.pt")
+        RunDir(sp.run_path, metrics=metrics_name(sp.index), weights=weights_name(sp.index))
         for sp in specs
     ]
     names = ", ".join(str(sp.index) for sp in specs)
