@@ -36,7 +36,7 @@ def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_pat
         merges = events(run, "merge", worker)
         assert len(merges) >= 3 and all(m["participants"] == [0, 1, 2] for m in merges)
     pack_merges = events(run, "merge", 0)
-    assert set(pack_merges[-1]["distances"]) == {"0", "1"}
+    assert set(pack_merges[-1]["distances"]) == {"0", "1", "2"}  # every worker, the lone one too
     # Each worker its own metrics, checkpoint and episodes.
     for worker in (0, 1, 2):
         assert events(run, "episode", worker)

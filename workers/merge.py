@@ -260,7 +260,8 @@ class FileMergeBackend:
             round=round_,
             participants=sorted(w for file in found for w in inside[file]),
             left_out=left_out,
-            distances={w: distance(s, merged) for w, s in found.items()},
+            # Each lone worker's distance from the mean (a pack tells its own workers').
+            distances={w: distance(s, merged) for w, s in found.items() if inside[w] == (w,)},
         )
         known = [s for s in steps.values() if s is not None]
         # The merged weights are as trained as the furthest participant.

@@ -270,7 +270,9 @@ class WorkerHooks:
                 raise StopTraining from None
             merged, participants = result.merged, result.participants
             left_out.update(result.left_out)
+            others_distances = {w: d for w, d in result.distances.items() if w not in own}
         else:
+            others_distances = {}
             # Every merging worker is here: no files to wait for. The merged weights are
             # still published, for the showcase and for a worker added later.
             merged = mean
@@ -278,7 +280,8 @@ class WorkerHooks:
             self._guarded(
                 lambda: self.backend.publish_merged(round_, published, participants, t.step)
             )
-        distances = agent.assign(merged, self.merging, reset=list(bad))
+        own_distances = agent.assign(merged, self.merging, reset=list(bad))
+        distances = {**others_distances, **{index_of[k]: d for k, d in own_distances.items()}}
         self.last_round = round_
         if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
             self.merges += 1
@@ -287,7 +290,7 @@ class WorkerHooks:
                 round=round_,
                 participants=participants,
                 left_out={str(k): v for k, v in left_out.items()},
-                distances={str(index_of[k]): round(v, 6) for k, v in distances.items()},
+                distances={str(w): round(d, 6) for w, d in sorted(distances.items())},
                 merge_ms=round((time.perf_counter() - start) * 1000, 2),
             )
         self.set(merges=self.merges)
