@@ -23,7 +23,7 @@ from viewer.model import KnobRow, RunModel
 from viewer.series import published_curve
 from workers.presets import UserError
 from workers.requests import describe
-from workers.run import Run
+from workers.run import BaseRun, Run
 
 POLL_S = 0.25
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training
@@ -76,7 +76,7 @@ class Controller:
         self.notices: queue.SimpleQueue[str] = queue.SimpleQueue()  # one-line messages
         self._commands: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._run_lock = threading.Lock()
-        self._run: Run | None = None
+        self._run: BaseRun | None = None
         self._model: RunModel | None = None
         self._phase = "idle"
         self._paused = False
@@ -87,7 +87,7 @@ class Controller:
         self._thread.start()
 
     # called from the GUI thread: each returns at once ---------------------------------
-    def open(self, make_run: Callable[[], Run]) -> None:
+    def open(self, make_run: Callable[[], BaseRun]) -> None:
         """Stop the current run (if any) and start the one `make_run` creates or resumes."""
         self._commands.put(lambda: self._open(make_run))
 
@@ -219,7 +219,7 @@ class Controller:
         verb = "removal asked" if run.attached else "removed"
         self.notices.put(f"worker {merging[-1]} {verb}: it writes a checkpoint and leaves")
 
-    def _open(self, make_run: Callable[[], Run]) -> None:
+    def _open(self, make_run: Callable[[], BaseRun]) -> None:
         self._stop_run()
         self._phase = "starting"
         self._publish()
