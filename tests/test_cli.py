@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import STARTED, TINY_FLAGS, default_sigint, start_program
+from conftest import TINY_FLAGS, start_program
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [*TINY_FLAGS, "--quiet"]
@@ -63,26 +63,39 @@ def test_unwritable_run_dir(tmp_path):
     assert_clean_error(result, "cannot write to run directory")
 
 
-def test_headless_run_writes_run_dir_and_refuses_to_overwrite_it(tmp_path):
+def test_headless_run_is_a_run_of_one_worker(tmp_path):
+    """Without --workers a headless run is a run like any other, of one worker: it writes the
+    run record, checkpoints, resumes, refuses to overwrite itself, and its weights start a
+    new run (--load); bad weights are refused before anything is written."""
     run = tmp_path / "run"
     result = launch("--headless", *TINY, "--steps", "150", "--run-dir", str(run))
     assert result.returncode == 0, result.stderr
+    assert "finished at step 150, mean last eval return" in result.stderr
     config = json.loads((run / "config.json").read_text())
     assert config["config"]["task"] == "cartpole-balance" and config["config"]["mlp_dim"] == 32
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    kinds = [r["kind"] for r in records]
+    assert json.loads((run / "run.json").read_text())["workers"] == 1
+    first = records(run / "worker-0.jsonl")
+    kinds = [r["kind"] for r in first]
     assert kinds.count("episode") == 3 and "eval" in kinds and "train" in kinds
-    assert kinds[-1] == "stop" and records[-1]["reason"] == "done"
-    assert all(r["step"] <= 150 for r in records)
-    weights = run / "weights.pt"
+    assert kinds[-2:] == ["stop", "checkpoint"] and first[-2]["reason"] == "done"
+    assert all(r["step"] <= 150 for r in first)
+    assert (run / "checkpoints" / "worker-0.pt").stat().st_size > 0
+    weights = run / "worker-0.pt"
     assert weights.stat().st_size > 0
-    before = (run / "metrics.jsonl").read_bytes()
+    before = (run / "worker-0.jsonl").read_bytes()
 
     again = launch("--headless", *TINY, "--steps", "150", "--run-dir", str(run))
     assert_clean_error(again, "already holds a run")
-    assert (run / "metrics.jsonl").read_bytes() == before
+    assert (run / "worker-0.jsonl").read_bytes() == before
 
-    # The saved weights load as a starting point; damaged or mismatched ones are refused.
+    resumed = launch("--headless", "--quiet", "--resume", str(run), "--steps", "200")
+    assert resumed.returncode == 0, resumed.stderr
+    after = records(run / "worker-0.jsonl")
+    assert after[: len(first)] == first  # nothing already written lost
+    assert [r["step"] for r in after if r["kind"] == "resumed"] == [150]
+    assert after[-2] == {**after[-2], "kind": "stop", "step": 200, "reason": "done"}
+
+    # The saved weights start a new run; damaged or mismatched ones are refused.
     ok = launch(
         "--headless",
         *TINY,
@@ -91,74 +104,44 @@ def test_headless_run_writes_run_dir_and_refuses_to_overwrite_it(tmp_path):
         "--load",
         str(weights),
         "--run-dir",
-        str(tmp_path / "from-weights"),
+        str(tmp_path / "w"),
     )
     assert ok.returncode == 0, ok.stderr
+    started = records(tmp_path / "w" / "worker-0.jsonl")
+    assert [r["step"] for r in started if r["kind"] == "started_from_weights"] == [0]
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(weights.read_bytes()[:1000])
-    bad = launch(
-        "--headless",
-        *TINY,
-        "--steps",
-        "60",
-        "--load",
-        str(corrupt),
-        "--run-dir",
-        str(tmp_path / "r2"),
-    )
-    assert_clean_error(bad, "corrupt")
-    other = launch(
-        "--headless",
-        *TINY,
-        "--task",
-        "walker-walk",
-        "--steps",
-        "60",
-        "--load",
-        str(weights),
-        "--run-dir",
-        str(tmp_path / "r3"),
-    )
-    assert_clean_error(other, "obs/action dims")
-    missing = launch(
-        "--headless", *TINY, "--load", str(tmp_path / "nope.pt"), "--run-dir", str(tmp_path / "r4")
-    )
-    assert_clean_error(missing, "cannot read")
+    refused = [
+        (["--load", str(corrupt)], "corrupt"),
+        (["--task", "walker-walk", "--load", str(weights)], "obs/action dims"),
+        (["--load", str(tmp_path / "nope.pt")], "cannot read"),
+        (["--mlp-dim", "64", "--load", str(weights)], "model size"),
+    ]
+    for i, (flags, words) in enumerate(refused):
+        target = tmp_path / f"r{i}"
+        bad = launch("--headless", *TINY, "--steps", "60", *flags, "--run-dir", str(target))
+        assert_clean_error(bad, words)
+        assert not target.exists()
+    assert_clean_error(launch("--headless", "--resume", str(run), "--load", str(weights)), "--load")
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_written(tmp_path):
     run = tmp_path / "run"
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "launch.py"),
-            "--headless",
-            *TINY,
-            "--steps",
-            "100000",
-            "--run-dir",
-            str(run),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=default_sigint,
-    )
-    STARTED.append(proc)
-    deadline = time.monotonic() + 120
+    proc = start("--headless", *TINY, "--steps", "100000", "--run-dir", str(run))
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        metrics = run / "metrics.jsonl"
+        metrics = run / "worker-0.jsonl"
         if metrics.exists() and metrics.read_text().count('"train"') >= 1:
             break
         time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in a terminal does: the whole group
+    _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1] == {**records[-1], "kind": "stop", "reason": "interrupted"}
-    assert (run / "weights.pt").stat().st_size > 0
+    assert "Traceback" not in stderr and "stopped at step" in stderr
+    saved = records(run / "worker-0.jsonl")
+    assert saved[-2] == {**saved[-2], "kind": "stop", "reason": "interrupted"}
+    assert saved[-1]["kind"] == "checkpoint"
+    assert (run / "worker-0.pt").stat().st_size > 0
 
 
 def test_bench_json_has_the_promised_fields():

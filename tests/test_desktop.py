@@ -119,7 +119,7 @@ def test_install_run_and_uninstall_the_desktop_entry(tmp_path, monkeypatch):
     )
     assert ran.returncode == 0, ran.stderr
     assert "First run" not in ran.stderr  # it used what is installed
-    assert (run_dir / "metrics.jsonl").stat().st_size > 0
+    assert (run_dir / "worker-0.jsonl").stat().st_size > 0
 
     removed = launch("--uninstall-desktop", env=env)
     assert removed.returncode == 0 and "removed" in removed.stdout, removed.stderr

@@ -84,7 +84,7 @@ def test_bad_pack_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     for extra, message in (
         (["--workers=2", "--pack=0"], "--pack must be at least 1"),
         (["--workers=2", "--pack=3"], "a pack of 3 is larger than the run's 2 workers"),
-        (["--pack=2"], "give --workers too"),
+        (["--pack=2"], "a pack of 2 is larger than the run's 1 worker:"),
     ):
         assert main([*flags, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -147,14 +147,15 @@ def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
 def test_sigterm_stops_a_headless_run_with_exit_code_0(tmp_path):
     run = tmp_path / "run"
     proc = launch("--headless", *TINY, "--quiet", "--run-dir", str(run))
-    assert wait_for(lambda: has_record(run / "metrics.jsonl", "train"), 180)
+    assert wait_for(lambda: has_record(run / "worker-0.jsonl", "train"), 180)
     proc.send_signal(signal.SIGTERM)  # kill PID, as a service manager or a scheduler does
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "stopped at step" in stderr
-    saved = records(run / "metrics.jsonl")
-    assert saved[-1]["kind"] == "stop" and saved[-1]["reason"] == "interrupted"
-    assert (run / "weights.pt").stat().st_size > 0
+    saved = records(run / "worker-0.jsonl")
+    assert saved[-2] == {**saved[-2], "kind": "stop", "reason": "interrupted"}
+    assert saved[-1]["kind"] == "checkpoint"
+    assert (run / "worker-0.pt").stat().st_size > 0
 
 
 def wait_for(predicate, timeout: float) -> bool:

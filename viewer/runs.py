@@ -10,7 +10,6 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.errors import UserError
 from workers.cli import config_from_args, default_run_dir, demo_requested
 from workers.presets import (
     CPU_DEMO_OVERRIDES,
@@ -20,6 +19,7 @@ from workers.presets import (
     preset_config,
 )
 from workers.run import Run, RunSettings
+from workers.start import check_run_flags, read_start_weights, settings_from_args
 
 
 def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
@@ -28,8 +28,7 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
     if args.attach:
         Run.attach(args.attach)  # checks the directory; reads only
         return lambda: Run.attach(args.attach)
-    if args.pack is not None and args.pack < 1:
-        raise UserError(f"--pack must be at least 1, got {args.pack}")
+    check_run_flags(args)
     if args.resume:
         return lambda: Run.resume(args.resume, steps=args.steps)
     if demo_requested(args):
@@ -41,18 +40,11 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
         cfg = config_from_args(args)
         workers = (4 if cuda_available() else 2) if args.workers is None else args.workers
         merge_every = 2500 if args.merge_every is None else args.merge_every
-    settings = RunSettings(
-        workers=workers + (1 if args.control_worker else 0),
-        merge_every=merge_every,
-        control_worker=args.control_worker,
-        checkpoint_every=args.checkpoint_every,
-        tensorboard=not args.no_tensorboard,
-        wandb=args.wandb,
-        threads_per_worker=args.threads or 0,  # 0: workers/threads.py decides
-        pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
-    )
+    settings = settings_from_args(args, workers, merge_every)
     path = args.run_dir or default_run_dir(cfg.task)
-    return lambda: Run.create(path, cfg, settings)
+    if args.load:
+        read_start_weights(args.load, cfg)  # a bad file is refused now, before the window opens
+    return lambda: Run.create(path, cfg, settings, start_weights=args.load)
 
 
 def new_run(

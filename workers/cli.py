@@ -19,7 +19,7 @@ from agent.errors import UserError
 from agent.knobs import knobs
 from workers.presets import Preset, preset_config
 from workers.signals import StopSignals
-from workers.threads import apply_threads, check_threads, choose_threads
+from workers.threads import check_threads, choose_threads
 
 # Flags with their own handling (not plain Config overrides).
 _SPECIAL = {"model_size", "task", "steps", "seed", "device"}
@@ -218,7 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-dir", default=None, help="run directory (default: runs/TASK-TIME)")
     parser.add_argument(
-        "--load", default=None, metavar="WEIGHTS", help="start from the weights in this file"
+        "--load",
+        default=None,
+        metavar="WEIGHTS",
+        help="every worker of a new run starts from these weights (a worker-K.pt, a checkpoint "
+        "or merge/merged.pt of an earlier run of the same task and model size)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.add_argument(
@@ -229,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch threads per training process, 1 to the number of cores (default: the cores "
         "shared out between the workers, one core left free, at most 4 each)",
     )
-    logs = parser.add_argument_group("logs (metrics.jsonl / worker-K.jsonl and eval CSV always)")
+    logs = parser.add_argument_group("logs (worker-K.jsonl and eval CSV always)")
     logs.add_argument(
         "--no-tensorboard",
         action="store_true",
@@ -246,8 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="worker processes, N >= 1 (default: headless one process, no merging; "
-        "the window 2, or 4 with CUDA)",
+        help="workers, N >= 1 (default: headless 1; the window 2, or 4 with CUDA)",
     )
     multi.add_argument(
         "--pack",
@@ -328,7 +331,8 @@ def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
 
 def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
     from workers.progress import WorkersProgress
-    from workers.run import Run, RunSettings
+    from workers.run import Run
+    from workers.start import settings_from_args
     from workers.trainer import steps_warning
     from workers.worker import DOES_NOT_FIT
 
@@ -340,19 +344,10 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
             run.settings = replace(run.settings, max_restarts=args.max_restarts)
     else:
         cfg = config_from_args(args)
-        workers = args.workers + (1 if args.control_worker else 0)
-        settings = RunSettings(
-            workers=workers,
-            merge_every=2500 if args.merge_every is None else args.merge_every,
-            control_worker=args.control_worker,
-            checkpoint_every=args.checkpoint_every,
-            tensorboard=not args.no_tensorboard,
-            wandb=args.wandb,
-            threads_per_worker=args.threads or 0,
-            max_restarts=3 if args.max_restarts is None else args.max_restarts,
-            pack=args.pack or 0,
-        )
-        run = Run.create(args.run_dir or default_run_dir(cfg.task), cfg, settings)
+        merge_every = 2500 if args.merge_every is None else args.merge_every
+        settings = settings_from_args(args, args.workers or 1, merge_every)
+        path = args.run_dir or default_run_dir(cfg.task)
+        run = Run.create(path, cfg, settings, start_weights=args.load)
         warning = steps_warning(run.cfg)
         if warning:
             print(warning, file=sys.stderr)
@@ -360,7 +355,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     threads = choose_threads(len(packs), run.settings.threads_per_worker or None)
     shape = "" if run.settings.pack == 1 else f" in {len(packs)} pack{'s' * (len(packs) > 1)}"
     print(
-        f"{run.settings.workers} workers{shape} on {run.cfg.task}; run directory {run.path}\n"
+        f"{run.settings.workers} worker{'s' * (run.settings.workers > 1)}{shape} on "
+        f"{run.cfg.task}; run directory {run.path}\n"
         f"{threads.describe()}",
         file=sys.stderr,
     )
@@ -391,8 +387,24 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         return 1
     if any(w["exitcode"] == DOES_NOT_FIT for w in run.progress()):
         return 1  # said above (the worker's line): the run cannot go on as it is
-    print(f"run directory {run.path}; continue with --resume {run.path}", file=sys.stderr)
+    print(f"{_summary(run, interrupted)}; continue with --resume {run.path}", file=sys.stderr)
     return _exit_code(interrupted, stops)
+
+
+def _summary(run, interrupted: bool) -> str:
+    """Where the run got to: its workers' step, their mean last evaluation return, the run."""
+    from workers.paths import metrics_name
+    from workers.records_tail import is_number, tail_records
+
+    steps = [w["step"] for w in run.progress()]
+    evals = []
+    for k in run.settings.active:
+        records = tail_records(run.path / metrics_name(k))
+        found = [r["ret"] for r in records if r.get("kind") == "eval" and is_number(r.get("ret"))]
+        evals += found[-1:]
+    last = f", mean last eval return {sum(evals) / len(evals):.1f}" if evals else ""
+    word = "stopped" if interrupted else "finished"
+    return f"{word} at step {int(min(steps, default=0))}{last}; run directory {run.path}"
 
 
 def _serve_requests(run, say: Callable[[str], None]) -> bool:
@@ -406,38 +418,6 @@ def _serve_requests(run, say: Callable[[str], None]) -> bool:
     return stop
 
 
-def run_headless(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
-    from workers.exporters import attach_exporters, require_wandb
-    from workers.rundir import RunDir
-    from workers.trainer import Trainer, steps_warning
-
-    cfg = config_from_args(args)
-    if args.wandb:
-        require_wandb()  # before anything is written
-    run_dir = RunDir.create(args.run_dir or default_run_dir(cfg.task))
-    threads = choose_threads(1, args.threads)
-    apply_threads(threads.threads)
-    trainer = Trainer(cfg, run_dir, load_weights=args.load, progress=not args.quiet)
-    attach_exporters(run_dir, cfg, tensorboard=not args.no_tensorboard, wandb=args.wandb)
-    print(
-        f"training {cfg.task} ({cfg.model_size}M) on {trainer.agent.device}; "
-        f"run directory {run_dir.path}\n{threads.describe()}",
-        file=sys.stderr,
-    )
-    warning = steps_warning(cfg)
-    if warning:
-        print(warning, file=sys.stderr)
-    summary = trainer.run()
-    evals = summary["eval_returns"]
-    last = f", last eval return {evals[-1][1]:.1f}" if evals else ""
-    word = "stopped" if summary["interrupted"] else "finished"
-    print(
-        f"{word} at step {summary['steps']}{last}; weights in {run_dir.weights_path}",
-        file=sys.stderr,
-    )
-    return _exit_code(summary["interrupted"], stops)
-
-
 def main(argv: list[str]) -> int:
     stops = StopSignals()
     try:
@@ -448,15 +428,10 @@ def main(argv: list[str]) -> int:
             raise UserError("--attach watches a run in the window: leave out --headless")
         check_threads(args.threads)
         stops.install()  # Ctrl+C and SIGTERM: a clean stop from here on
-        if args.pack is not None and args.pack < 1:
-            raise UserError(f"--pack must be at least 1, got {args.pack}")
-        if args.pack is not None and args.resume:
-            raise UserError("--pack is chosen when a run starts: a resumed run keeps its own")
-        if args.pack is not None and args.workers is None:
-            raise UserError("--pack packs the workers of --workers N: give --workers too")
-        if args.workers is not None or args.resume:
-            return run_workers(args, stops)
-        return run_headless(args, stops)
+        from workers.start import check_run_flags
+
+        check_run_flags(args)
+        return run_workers(args, stops)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

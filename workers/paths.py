@@ -8,6 +8,7 @@ worker-K.jsonl        worker K's metrics records; player.jsonl the showcase's
 checkpoints/worker-K.pt
 merge/worker-K.pt     worker K's last merge contribution; merge/merged.pt the mean
 merge/members.json    who merges now (workers/merge.py)
+start.pt              the weights a new run starts from (--load; workers/start.py)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ MERGED = "merged.pt"
 MEMBERS = "members.json"
 CHECKPOINTS = "checkpoints"
 PLAYER_LOG = "player.jsonl"
+START = "start.pt"
 
 
 def metrics_name(index: int | str) -> str:
@@ -50,3 +52,8 @@ def merged_path(run_path: str | Path) -> Path:
 
 def members_path(run_path: str | Path) -> Path:
     return merge_dir(run_path) / MEMBERS
+
+
+def start_path(run_path: str | Path) -> Path:
+    """The weights every worker starts from instead of fresh ones (a run started with --load)."""
+    return Path(run_path) / START

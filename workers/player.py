@@ -27,7 +27,14 @@ from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import DMControlEnv
 from agent.errors import WeightsError
-from workers.paths import PLAYER_LOG, checkpoint_path, merge_dir, merged_path, weights_name
+from workers.paths import (
+    PLAYER_LOG,
+    checkpoint_path,
+    merge_dir,
+    merged_path,
+    start_path,
+    weights_name,
+)
 from workers.rundir import RunDir, load_state
 from workers.signals import child_signals
 from workers.threads import SHOWCASE_THREADS, apply_threads
@@ -196,11 +203,12 @@ def _mtime(path: Path) -> float | None:
 def weights_file(run_path: Path, source: int) -> tuple[Path, float] | None:
     """(file, mtime) of the weights to show for a source, or None: nothing yet (untrained).
 
-    Merged (-1): merge/merged.pt, before the first merge worker 0's checkpoint. Worker k: the
+    Merged (-1): merge/merged.pt, before the first merge worker 0's checkpoint, else the run's
+    start weights (--load). Worker k: the
     newer of its last merge contribution and its last checkpoint.
     """
     if source < 0:
-        for path in (merged_file(run_path), worker_files(run_path, 0)[1]):
+        for path in (merged_file(run_path), worker_files(run_path, 0)[1], start_path(run_path)):
             mtime = _mtime(path)
             if mtime is not None:
                 return path, mtime

@@ -35,6 +35,7 @@ from workers.run_base import BaseRun
 from workers.run_settings import RunSettings, default_pack, gpu_count, read_record, write_settings
 from workers.rundir import RunDir, damaged_lines
 from workers.spawn import WorkerProcess, spawn, worker_spec
+from workers.start import read_start_weights, write_start_weights
 from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec
 
 # Callers import these from here (their rooms are named above).
@@ -56,7 +57,15 @@ class Run(WorkerMonitor, BaseRun):
 
     # creation -----------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | Path, cfg: Config, settings: RunSettings) -> Run:
+    def create(
+        cls,
+        path: str | Path,
+        cfg: Config,
+        settings: RunSettings,
+        start_weights: str | Path | None = None,
+    ) -> Run:
+        """A new run in `path`; every worker starts from `start_weights` when given (a file of
+        one worker's networks), else fresh."""
         resolve_task(cfg.task)
         if settings.wandb:
             require_wandb()
@@ -68,8 +77,11 @@ class Run(WorkerMonitor, BaseRun):
             settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
         validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
+        weights = read_start_weights(start_weights, cfg) if start_weights else None
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
+        if weights is not None:
+            write_start_weights(run_dir.path, weights, start_weights)
         run = cls(run_dir.path, cfg, settings, resumed=False)
         run._save_settings(settings)
         run.knobs.initialise(cfg, settings.merge_every)

@@ -50,10 +50,11 @@ class RunSettings:
             raise ConfigError(f"max_restarts must be in [0, 1000], got {self.max_restarts}")
         if self.pack < 0:
             raise ConfigError(f"pack must be at least 1, got {self.pack}")
-        if self.pack > self.workers - self.added:
+        first = self.workers - self.added
+        if self.pack > first:
             raise ConfigError(
-                f"a pack of {self.pack} is larger than the run's {self.workers - self.added} "
-                "workers: give --pack at most --workers"
+                f"a pack of {self.pack} is larger than the run's {first} "
+                f"worker{'s' * (first != 1)}: give --pack at most --workers"
             )
 
     @property

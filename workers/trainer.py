@@ -23,7 +23,7 @@ from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of, to_dict
 from agent.envs import make_env, make_vector_env
 from workers.progress import Progress
-from workers.rundir import RunDir, load_state, save_state
+from workers.rundir import RunDir, save_state
 
 
 class StopTraining(Exception):
@@ -133,7 +133,6 @@ class Trainer:
         self,
         cfg: Config,
         run_dir: RunDir | Sequence[RunDir | None] | None = None,
-        load_weights: str | None = None,
         progress: bool = True,
         log_every_s: float = 10.0,
         step_hook: Callable[[Trainer], None] | None = None,
@@ -163,10 +162,6 @@ class Trainer:
         obs_dim = self.env.single_observation_space.shape[0]
         action_dim = self.env.single_action_space.shape[0]
         self.agent = TDMPC2(cfg, obs_dim, action_dim, seeds=seeds)
-        if load_weights:
-            weights = load_state(load_weights, self.agent.device)
-            for k in range(len(seeds)):
-                self.agent.load_state_dict(weights, weights_only=True, worker=k)
         # Room for the training steps plus each episode's first row (no transition into it).
         rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + n
         self.members = [

@@ -26,7 +26,14 @@ from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, MergeStopped
-from workers.paths import checkpoint_path, merged_path, metrics_name, weights_name
+from workers.paths import (
+    START,
+    checkpoint_path,
+    merged_path,
+    metrics_name,
+    start_path,
+    weights_name,
+)
 from workers.rundir import (
     RunDir,
     human_size,
@@ -479,21 +486,33 @@ def _start(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int, int] 
         run.log("resumed", step=trainer.step, checkpoint=used.name, fallback=fallback)
         if "merge_every" in state:  # older checkpoints kept no merge frequency
             return int(state.get("knob_version", -1)), int(state["merge_every"])
-    elif spec.start_from_merged:
-        merged = merged_path(spec.run_path)
-        join_step = max(spec.join_step, int(join.value) if join is not None else 0)
-        if merged.exists():
-            weights = trainer.agent.checked_model_state(
-                load_state(merged, trainer.agent.device)["model"]
-            )
-            trainer.agent.load_model_state(weights, [k])
+    elif spec.start_from_merged and merged_path(spec.run_path).exists():
+        _load_networks(trainer, k, merged_path(spec.run_path))
+        trainer.start_at(_join_step(spec, join))
+        run.log("started_from_merged", step=trainer.step)
+    else:
+        # Fresh: from the run's start weights where it has them (--load), in step with the
+        # others when restarted before any merge.
+        join_step = _join_step(spec, join) if spec.start_from_merged else 0
+        if join_step > 0:
             trainer.start_at(join_step)
-            run.log("started_from_merged", step=trainer.step)
+        start = start_path(spec.run_path)
+        if start.exists():
+            _load_networks(trainer, k, start)
+            run.log("started_from_weights", step=trainer.step, file=START)
         elif join_step > 0:
-            # Restarted before any merge: fresh weights, but in step with the others.
-            trainer.start_at(join_step)
             run.log("started_fresh", step=trainer.step)
     return None
+
+
+def _load_networks(trainer: Trainer, k: int, path: Path) -> None:
+    """Worker k's networks from a file of one worker's networks (merged or start weights)."""
+    weights = load_state(path, trainer.agent.device)["model"]
+    trainer.agent.load_model_state(trainer.agent.checked_model_state(weights), [k])
+
+
+def _join_step(spec: WorkerSpec, join) -> int:
+    return max(spec.join_step, int(join.value) if join is not None else 0)
 
 
 def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) -> None:

@@ -1,0 +1,75 @@
+"""How a new run starts, written once for the command line and the window: its settings from the
+flags, and the weights it may start from (--load), checked before anything is written."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from agent.agent import TDMPC2
+from agent.config import Config
+from agent.envs import make_env
+from agent.errors import UserError, WeightsError
+from workers.paths import start_path
+from workers.run_settings import RunSettings
+from workers.rundir import load_state, save_state
+
+State = dict[str, torch.Tensor]
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Flags that contradict each other or are out of range: UserError, before anything runs."""
+    if args.pack is not None and args.pack < 1:
+        raise UserError(f"--pack must be at least 1, got {args.pack}")
+    if args.pack is not None and args.resume:
+        raise UserError("--pack is chosen when a run starts: a resumed run keeps its own")
+    if args.load and args.resume:
+        raise UserError("--load starts a new run: a resumed run goes on from its checkpoints")
+
+
+def settings_from_args(args: argparse.Namespace, workers: int, merge_every: int) -> RunSettings:
+    """The run settings the flags ask for, with `workers` training workers (a control worker
+    comes on top) merging every `merge_every` agent steps."""
+    return RunSettings(
+        workers=workers + (1 if args.control_worker else 0),
+        merge_every=merge_every,
+        control_worker=args.control_worker,
+        checkpoint_every=args.checkpoint_every,
+        tensorboard=not args.no_tensorboard,
+        wandb=args.wandb,
+        threads_per_worker=args.threads or 0,  # 0: workers/threads.py decides
+        max_restarts=3 if args.max_restarts is None else args.max_restarts,
+        pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
+    )
+
+
+def read_start_weights(path: str | Path, cfg: Config) -> State:
+    """One worker's networks from `path`: a worker's final weights (worker-K.pt, weights.pt),
+    its checkpoint or merged weights, checked against cfg's task and model (WeightsError)."""
+    state = load_state(path)
+    if isinstance(state.get("agent"), dict):  # a checkpoint: the trainer's state
+        state = state["agent"]
+    env = make_env(cfg.task)
+    dims = (env.observation_space.shape[0], env.action_space.shape[0])
+    env.close()
+    if "obs_dim" in state and (state["obs_dim"], state.get("action_dim")) != dims:
+        raise WeightsError(
+            f"{path}: weights are for obs/action dims {(state['obs_dim'], state.get('action_dim'))}"
+            f", {cfg.task} has {dims}"
+        )
+    model = state.get("model")
+    if not isinstance(model, dict):
+        raise WeightsError(f"{path} holds no networks: not weights of TD-MPC2 Live")
+    agent = TDMPC2(dataclasses.replace(cfg, device="cpu", compile=False), *dims)
+    try:
+        return agent.checked_model_state(model)
+    except WeightsError as err:
+        raise WeightsError(f"{path}: {err}") from None
+
+
+def write_start_weights(run_path: Path, weights: State, source: str | Path) -> None:
+    """Every worker of the run starts from `weights` (the window shows them until a merge)."""
+    save_state(start_path(run_path), {"model": weights, "step": 0, "source": str(source)})
