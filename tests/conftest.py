@@ -1,7 +1,9 @@
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,25 @@ def no_leftover_programs():
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             proc.wait(timeout=30)
+
+
+def wait_until(predicate, timeout=180.0, poll=0.2) -> bool:
+    """Whether `predicate()` came true within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def events(run, kind, worker=None) -> list[dict]:
+    """A run's records of one kind from every worker's metrics file, each with its worker."""
+    found = []
+    for index in range(run.settings.workers):
+        path = run.path / f"worker-{index}.jsonl"
+        if path.exists():
+            found += [
+                json.loads(line) | {"worker": index} for line in path.read_text().splitlines()
+            ]
+    return [e for e in found if e["kind"] == kind and worker in (None, e["worker"])]

@@ -13,7 +13,7 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--task", "cartpole-balance", "--model-size", "1", "--workers", "2",
     "--merge-every", "100", "--seed-steps", "100", "--episode-length", "50",

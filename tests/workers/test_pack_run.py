@@ -4,7 +4,8 @@ import json
 
 import pytest
 import torch
-from test_run import events, tiny, wait_until
+from conftest import events, wait_until
+from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError, UserError
 from workers.cli import main

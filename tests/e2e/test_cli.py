@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_FLAGS, start_program
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [*TINY_FLAGS, "--quiet"]
 
 

@@ -12,8 +12,8 @@ from conftest import TINY_FLAGS
 
 from workers import desktop
 
-ROOT = Path(__file__).resolve().parent.parent
-# The tiny run of tests/test_cli.py: every code path in seconds.
+ROOT = Path(__file__).resolve().parents[2]
+# The tiny run of tests/e2e/test_cli.py: every code path in seconds.
 TINY = [*TINY_FLAGS, "--steps=150", "--quiet"]
 
 

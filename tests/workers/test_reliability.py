@@ -10,7 +10,8 @@ import subprocess
 import time
 
 import pytest
-from test_run import events, tiny, wait_until
+from conftest import events, wait_until
+from conftest import tiny_run as tiny
 
 import workers.run
 import workers.rundir

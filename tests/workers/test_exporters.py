@@ -18,7 +18,7 @@ from workers.run import Run, RunSettings
 from workers.rundir import RunDir
 from workers.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

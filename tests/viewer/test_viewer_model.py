@@ -14,7 +14,7 @@ from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
 from viewer.series import Series, downsample, published_curve, smooth
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_series_grows_past_its_initial_capacity():

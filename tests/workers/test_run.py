@@ -7,36 +7,13 @@ import signal
 import time
 
 import pytest
-from conftest import tiny_run
+from conftest import events, wait_until
+from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError, UserError
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
 from workers.worker import checkpoint_path
-
-
-def tiny(steps: int, **overrides):
-    return tiny_run(steps, **overrides)
-
-
-def wait_until(predicate, timeout=180.0, poll=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll)
-    return False
-
-
-def events(run, kind, worker=None):
-    found = []
-    for index in range(run.settings.workers):
-        path = run.path / f"worker-{index}.jsonl"
-        if path.exists():
-            found += [
-                json.loads(line) | {"worker": index} for line in path.read_text().splitlines()
-            ]
-    return [e for e in found if e["kind"] == kind and worker in (None, e["worker"])]
 
 
 def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
@@ -76,7 +53,7 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
 def test_killed_worker_is_left_out_and_can_restart(tmp_path):
     settings = RunSettings(
         workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=2, max_restarts=0
-    )  # restarted by hand here (tests/test_reliability.py: automatically)
+    )  # restarted by hand here (tests/workers/test_reliability.py: automatically)
     run = Run.create(tmp_path / "run", tiny(600), settings)
     run.start()
     assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 120)
@@ -105,7 +82,7 @@ def test_bad_run_input(tmp_path):
         Run.create(tmp_path / "a", tiny(10, task="walker-fly"), RunSettings())
     with pytest.raises(UserError, match="not a multi-worker run"):
         Run.resume(tmp_path / "nothing-here")
-    # A damaged knob record no longer stops a resume: tests/test_reliability.py
+    # A damaged knob record no longer stops a resume: tests/workers/test_reliability.py
 
 
 def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):

@@ -10,7 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from test_run import tiny, wait_until
+from conftest import tiny_run as tiny
+from conftest import wait_until
 
 from agent.agent import TDMPC2
 from agent.envs import DMControlEnv
