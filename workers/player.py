@@ -1,13 +1,10 @@
 """The showcase player: a process that plays a policy of the run and renders it offscreen.
 
-It shows the merged weights (merge/merged.pt; before the first merge worker 0's checkpoint, or
-the untrained model) or, when asked, one worker's newest weights, reloading them at each episode
-start when the file changed. The camera, the source and an episode reset are shared values the
-run changes while the player runs. It acts with the planner in evaluation mode at real-time pace
-(or as fast as it can), writes each rendered frame into shared memory and logs each finished
-episode's return to player.jsonl. Frames are a latest-wins snapshot guarded by a sequence
-counter (odd while a frame is being written), so the reader never waits and never sees half a
-frame."""
+It shows the merged weights or, when asked, one worker's newest weights (shown_weights.py),
+reloading them at each episode start when the file changed. The camera, the source and an
+episode reset are shared values the run changes while the player runs. It acts with the planner
+in evaluation mode at real-time pace (or as fast as it can), writes each rendered frame into
+shared memory (frame_buffer.py) and logs each finished episode's return to player.jsonl."""
 
 from __future__ import annotations
 
@@ -16,110 +13,23 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import DMControlEnv
-from agent.errors import WeightsError
-from workers.paths import (
-    PLAYER_LOG,
-    checkpoint_path,
-    merge_dir,
-    merged_path,
-    start_path,
-    weights_name,
-)
-from workers.rundir import RunDir, load_state
+from workers.frame_buffer import FrameBuffer
+from workers.paths import PLAYER_LOG
+from workers.rundir import RunDir
+from workers.shown_weights import _ShownWeights
 from workers.signals import child_signals
 from workers.threads import SHOWCASE_THREADS, apply_threads
 
-# int64 header slots: sequence, height, width, then the frame info (INFO fields in order), the
-# rest reserved so fields can be added without changing the layout of those before them; the
-# last slot is the reader's: the sequence of the frame it took last.
-HEADER = 16
-INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weights_step", "pace")
-_INFO_AT = 3  # first info slot
-_TAKEN = HEADER - 1
 SLOW_CHECK_STEPS = 5  # in slow motion, look for newer weights every this many steps
 SLOW_SWITCH_S = 20.0  # ... once an episode has played this long (short ones still finish)
-
-
-class FrameBuffer:
-    """Shared-memory frame of a size chosen by the reader: header + height x width x 3 bytes."""
-
-    def __init__(self, height: int, width: int, name: str | None = None, create: bool = True):
-        size = HEADER * 8 + height * width * 3
-        self.shm = shared_memory.SharedMemory(name=name, create=create, size=size)
-        self.header = np.ndarray((HEADER,), np.int64, self.shm.buf)
-        self.pixels = np.ndarray((height, width, 3), np.uint8, self.shm.buf, offset=HEADER * 8)
-        if create:
-            self.header[:] = 0
-            self.header[1:3] = (height, width)
-        self.name, self.height, self.width = self.shm.name, height, width
-
-    def write(
-        self,
-        frame: np.ndarray,
-        episode: int,
-        step: int,
-        weights_round: int,
-        ret: float,
-        camera: int = 0,
-        source: int = -1,
-        weights_step: int = -1,
-        pace: float = 1.0,
-    ) -> None:
-        self.header[0] += 1  # odd: writing
-        self.pixels[:] = frame
-        info = (
-            episode,
-            step,
-            weights_round,
-            int(ret * 1000),
-            camera,
-            source,
-            weights_step,
-            int(pace * 1000),
-        )
-        self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
-        self.header[0] += 1  # even: complete
-
-    def wanted(self) -> bool:
-        """True when the reader has taken the newest frame (or there is none yet): a frame
-        rendered now would be shown. The writer renders no more frames than are shown."""
-        return int(self.header[_TAKEN]) == int(self.header[0])
-
-    def sequence(self) -> int:
-        """Grows with every frame written: a reader can see whether a new one came, cheaply."""
-        return int(self.header[0])
-
-    def read(self) -> tuple[np.ndarray, dict] | None:
-        """The newest complete frame and its info, or None if none yet (or mid-write)."""
-        seq = int(self.header[0])
-        if seq == 0 or seq % 2:
-            return None
-        frame = self.pixels.copy()
-        values = self.header[_INFO_AT : _INFO_AT + len(INFO)].copy()
-        if int(self.header[0]) != seq:
-            return None
-        self.header[_TAKEN] = seq
-        info: dict = dict(zip(INFO, (int(v) for v in values)))
-        info["return"] /= 1000
-        info["pace"] /= 1000
-        info["sequence"] = seq
-        return frame, info
-
-    def close(self, unlink: bool = False) -> None:
-        del self.header, self.pixels
-        self.shm.close()
-        if unlink:
-            self.shm.unlink()
 
 
 @dataclass(frozen=True)
@@ -182,93 +92,6 @@ def task_cameras(task: str) -> list[str]:
         return [model.id2name(i, "camera") or f"camera {i}" for i in range(model.ncam)]
     finally:
         env.close()
-
-
-def merged_file(run_path: Path) -> Path:
-    return merged_path(run_path)
-
-
-def worker_files(run_path: Path, worker: int) -> tuple[Path, Path]:
-    """Worker k's weights as it merged them last, and its last checkpoint."""
-    return merge_dir(run_path) / weights_name(worker), checkpoint_path(run_path, worker)
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:  # missing, or replaced between two calls
-        return None
-
-
-def weights_file(run_path: Path, source: int) -> tuple[Path, float] | None:
-    """(file, mtime) of the weights to show for a source, or None: nothing yet (untrained).
-
-    Merged (-1): merge/merged.pt, before the first merge worker 0's checkpoint, else the run's
-    start weights (--load). Worker k: the
-    newer of its last merge contribution and its last checkpoint.
-    """
-    if source < 0:
-        for path in (merged_file(run_path), worker_files(run_path, 0)[1], start_path(run_path)):
-            mtime = _mtime(path)
-            if mtime is not None:
-                return path, mtime
-        return None
-    found = [(p, m) for p in worker_files(run_path, source) if (m := _mtime(p)) is not None]
-    return max(found, key=lambda pm: pm[1]) if found else None
-
-
-def model_weights(state: dict) -> tuple[dict, int, int]:
-    """(model state dict, merge round, agent step) of a merge file or a worker checkpoint.
-
-    Merge files hold {"model", "round", "step"} (files from before steps were stored: step -1);
-    checkpoints hold the whole trainer state, the model inside "agent", and no round (-1).
-    """
-    if "model" in state:
-        step = state.get("step")
-        return state["model"], int(state.get("round", -1)), -1 if step is None else int(step)
-    return state["agent"]["model"], -1, int(state["step"])
-
-
-class _ShownWeights:
-    """Keeps the player's model on the newest weights of the chosen source."""
-
-    def __init__(self, agent: TDMPC2, run_path: Path, log: RunDir):
-        self.agent, self.run_path, self.log = agent, run_path, log
-        # Kept to show "untrained" again when switching to a source with no weights yet.
-        self.untrained = {k: v.clone() for k, v in agent.model_state().items()}
-        self.loaded: tuple | None = None  # (source, path, mtime) now in the model
-        self.source, self.round, self.step = -1, -1, -1
-
-    def _newest(self, source: int) -> tuple[tuple, tuple[Path, float] | None]:
-        """(key to compare with `loaded`, (file, mtime) or None) of a source's newest weights."""
-        found = weights_file(self.run_path, source)
-        return ((source, *found) if found else (source, None, None)), found
-
-    def newer(self) -> bool:
-        """Whether the shown source has weights newer than those loaded (two stat() calls)."""
-        return self.loaded is not None and self._newest(self.source)[0] != self.loaded
-
-    def refresh(self, source: int) -> None:
-        """Load the source's newest weights unless they are the ones already loaded."""
-        key, found = self._newest(source)
-        if key == self.loaded:
-            return
-        switched = self.loaded is None or self.loaded[0] != source
-        self.loaded, self.source = key, source
-        if found is None:
-            self.agent.load_model_state(self.untrained, [0])
-            self.round, self.step = -1, -1
-            return
-        try:
-            state = load_state(found[0], self.agent.device)
-            model, round_, step = model_weights(state)
-            self.agent.load_model_state(self.agent.checked_model_state(model), [0])
-            self.round, self.step = round_, step
-        except (WeightsError, KeyError, RuntimeError, TypeError, ValueError) as err:
-            self.log.log("error", message=f"showcase could not load {found[0]}: {err}")
-            if switched:  # never show another source's weights under this source's name
-                self.agent.load_model_state(self.untrained, [0])
-                self.round, self.step = -1, -1
 
 
 def light_rendering(env: DMControlEnv) -> None:

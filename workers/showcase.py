@@ -14,7 +14,8 @@ from pathlib import Path
 from agent.agent import resolve_device
 from agent.config import Config
 from agent.errors import ConfigError, UserError
-from workers.player import FrameBuffer, PlayerSpec, ShowcaseControls, player_main, task_cameras
+from workers.frame_buffer import FrameBuffer
+from workers.player import PlayerSpec, ShowcaseControls, player_main, task_cameras
 from workers.records_tail import is_int
 from workers.signals import children_ignore_ctrl_c
 

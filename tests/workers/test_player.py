@@ -16,10 +16,12 @@ from conftest import wait_until
 from agent.agent import TDMPC2
 from agent.envs import DMControlEnv
 from agent.errors import ConfigError, UserError
+from workers.frame_buffer import FrameBuffer
 from workers.merge import FileMergeBackend
-from workers.player import FrameBuffer, Pace, _ShownWeights, model_weights, weights_file
+from workers.player import Pace
 from workers.run import Run, RunSettings
 from workers.rundir import RunDir, load_state, save_state
+from workers.shown_weights import _ShownWeights, model_weights, weights_file
 
 EPISODE = 200  # long enough that a reset is told apart from an episode's natural end
 

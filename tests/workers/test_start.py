@@ -10,9 +10,9 @@ from conftest import tiny_run
 from agent.agent import TDMPC2
 from agent.errors import WeightsError
 from workers.paths import start_path
-from workers.player import weights_file
 from workers.run import Run, RunSettings
 from workers.rundir import RunDir, load_state, save_state
+from workers.shown_weights import weights_file
 from workers.spawn import worker_spec
 from workers.start import read_start_weights
 from workers.trainer import Trainer
