@@ -8,17 +8,13 @@ through `read_frame`, which never blocks.
 
 from __future__ import annotations
 
-import os
 import queue
-import shutil
-import subprocess
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from viewer.machine_use import MachineUse
 from viewer.model import KnobRow, RunModel
 from viewer.series import published_curve
 from workers.presets import UserError
@@ -82,7 +78,7 @@ class Controller:
         self._paused = False
         self._cameras: list[str] = []
         self._published = None
-        self._machine = _MachineUse()
+        self._machine = MachineUse()
         self._thread = threading.Thread(target=self._loop, name="run-controller", daemon=True)
         self._thread.start()
 
@@ -312,53 +308,3 @@ class Controller:
             cameras=self._cameras,
             sources=["merged"] + [model.worker_label(w) for w in range(run.settings.workers)],
         )
-
-
-class _MachineUse:
-    """CPU use of the whole machine (from /proc/stat) and GPU use (nvidia-smi), sampled slowly."""
-
-    def __init__(self) -> None:
-        self._cpu_prev: tuple[int, int] | None = None
-        self._text, self._next = "", 0.0
-        self._nvidia_smi = shutil.which("nvidia-smi")
-
-    def text(self) -> str:
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = now + 2.0
-            parts = [f"CPU {self._cpu():.0f}% of {os.cpu_count()} cores"]
-            gpu = self._gpu()
-            if gpu:
-                parts.append(gpu)
-            self._text = "  |  ".join(parts)
-        return self._text
-
-    def _cpu(self) -> float:
-        try:
-            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        except (OSError, ValueError):
-            return 0.0
-        idle, total = fields[3] + fields[4], sum(fields)
-        prev, self._cpu_prev = self._cpu_prev, (idle, total)
-        if prev is None or total == prev[1]:
-            return 0.0
-        return 100.0 * (1.0 - (idle - prev[0]) / (total - prev[1]))
-
-    def _gpu(self) -> str:
-        if not self._nvidia_smi:
-            return ""
-        try:
-            out = subprocess.run(
-                [
-                    self._nvidia_smi,
-                    "--query-gpu=utilization.gpu,memory.used,memory.total",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=2,
-            ).stdout.split("\n")[0]
-            util, used, total = (float(v) for v in out.split(","))
-        except (OSError, ValueError, subprocess.SubprocessError):
-            return ""
-        return f"GPU {util:.0f}%, {used / 1024:.1f} / {total / 1024:.0f} GiB"
