@@ -8,6 +8,7 @@ table. Adding a knob is one line here plus the line that uses its value.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from agent.errors import ConfigError
@@ -82,3 +83,38 @@ def knobs(layer: str | None = None) -> dict[str, Knob]:
 
 def knob_ranges(layer: str | None = None) -> dict[str, tuple[float, float]]:
     return {name: (k.low, k.high) for name, k in knobs(layer).items()}
+
+
+class KnobValues(Mapping[str, int | float]):
+    """Live-knob values, frozen, each checked against the table when made (unknown names and
+    out-of-range values are a ConfigError): whoever holds one holds values in range. The
+    checks that need the rest of the config (num_elites <= num_samples, ...) are made where
+    values enter a run (workers/knobs.py validate_knobs), which returns this type."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, object]):
+        table = knobs()
+        unknown = sorted(set(values) - set(table))
+        if unknown:
+            raise ConfigError(f"not a live knob: {', '.join(unknown)} (knobs: {', '.join(table)})")
+        checked = {name: table[name].check(value) for name, value in values.items()}
+        object.__setattr__(self, "_values", checked)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("knob values are frozen: validate new ones")
+
+    def __getitem__(self, name: str) -> int | float:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"KnobValues({self._values!r})"
+
+    def __reduce__(self) -> tuple:
+        return KnobValues, (dict(self._values),)

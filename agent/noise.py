@@ -1,9 +1,9 @@
 """Random numbers for a pack of workers: each worker draws from its own stream.
 
 Worker k of a pack draws exactly what an agent of its own seed would draw alone, so a pack and
-separate agents of the same seeds make the same updates and plans (tests/agent/test_pack.py); dropout
-masks, drawn for the whole pack at once from torch's global generator, are the exception. Inside
-a captured CUDA graph one call per draw matters more than separate streams: there the pack
+separate agents of the same seeds make the same updates and plans (tests/agent/test_pack.py);
+dropout masks, drawn for the whole pack at once from torch's global generator, are the exception.
+Inside a captured CUDA graph one call per draw matters more than separate streams: there the pack
 draws (P, ...) at once from the device's generator (`shared`), still independent per worker,
 but no longer the same numbers as a lone agent of the same seed.
 """

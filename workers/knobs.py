@@ -9,26 +9,24 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
-from agent.knobs import knobs
+from agent.knobs import KnobValues, knobs
 from workers.rundir import DirLock, atomic_write_json
 
 KNOBS = "knobs.json"
 HISTORY = "knobs.jsonl"
 
 
-def validate_knobs(cfg: Config, values: dict[str, object]) -> dict[str, object]:
-    """A full, validated knob dict: the agent's knobs via the config, the workers' (merge
-    frequency) from the knob table (agent/knobs.py)."""
+def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
+    """Full, validated knob values: the agent's knobs with the config they go into (its
+    checks across fields), the workers' (merge frequency) against the knob table."""
     values = dict(values)
-    table = knobs("workers")
-    worker = {k: values.pop(k) for k in list(values) if k in table}
-    checked = knobs_of(with_knobs(cfg, **values))
-    checked.update({name: table[name].check(value) for name, value in worker.items()})
-    return checked
+    worker = {k: values.pop(k) for k in list(values) if k in knobs("workers")}
+    return KnobValues({**knobs_of(with_knobs(cfg, **values)), **worker})
 
 
 class KnobStore:
@@ -49,8 +47,8 @@ class KnobStore:
             self._write(0, values, values)
 
     def _write(self, version: int, values: dict, changes: dict) -> None:
-        atomic_write_json(self.path, {"version": version, "values": values})
-        record = {"version": version, "time": round(time.time(), 3), "changes": changes}
+        atomic_write_json(self.path, {"version": version, "values": dict(values)})
+        record = {"version": version, "time": round(time.time(), 3), "changes": dict(changes)}
         with open(self.history, "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -132,6 +130,6 @@ class KnobStore:
         return (version, values) if version > seen_version else None
 
 
-def agent_knobs(values: dict) -> dict:
+def agent_knobs(values: Mapping[str, object]) -> dict:
     """The knobs the agent applies itself (the others are the worker's)."""
     return {k: v for k, v in values.items() if k in knobs("agent")}

@@ -174,7 +174,7 @@ class WorkerHooks:
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
         good = self.knobs.last_good(trainer.agent.cfg)  # knobs.json, or its history if damaged
         if good is not None and good[0] > self.knob_version:
-            self._apply(*good)
+            self.apply_knobs(good)
         self.apply_knobs()
 
     def set(self, **values: float) -> None:
@@ -187,15 +187,18 @@ class WorkerHooks:
         """The knob values this worker runs with now."""
         return {**agent_knobs(knobs_of(self.trainer.agent.cfg)), "merge_every": self.merge_every}
 
-    def apply_knobs(self) -> None:
-        try:
-            newest = self.knobs.poll(self.knob_version)
-        except ConfigError as err:  # unreadable: reported once (until the file changes)
-            self._refused(None, str(err), None)
-            return
-        if newest is None:
-            return
-        version, values = newest
+    def apply_knobs(self, record: tuple[int, dict] | None = None) -> None:
+        """Apply the newest knob record (or `record`: version, values) between agent steps:
+        the planner's knobs through the agent's config, the merge frequency here."""
+        if record is None:
+            try:
+                record = self.knobs.poll(self.knob_version)
+            except ConfigError as err:  # unreadable: reported once (until the file changes)
+                self._refused(None, str(err), None)
+                return
+            if record is None:
+                return
+        version, values = record
         try:
             # Validated when written; a damaged or hand-edited record is refused, reported.
             values = validate_knobs(self.trainer.agent.cfg, values)
@@ -206,7 +209,15 @@ class WorkerHooks:
             self._refused(version, str(err), knob, values.get(knob))
             self.knob_version = version
             return
-        self._apply(version, values)
+        self.trainer.agent.set_knobs(**agent_knobs(values))
+        merge_every = int(values.get("merge_every", self.merge_every))
+        if merge_every != self.merge_every:
+            # Rounds are counted in the new unit from here on, the same way by every worker.
+            self.merge_every = merge_every
+            self.last_round = self.trainer.step // merge_every
+        self.knob_version = version
+        self.trainer._log("knobs_applied", version=version, values=dict(values))
+        self.set(knob_version=version)
 
     def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
         """Record a knob record this worker does not apply: the values in force stay."""
@@ -232,17 +243,6 @@ class WorkerHooks:
             in_force_version=self.knob_version,
             message=f"{what}: {reason}; {stays}",
         )
-
-    def _apply(self, version: int, values: dict) -> None:
-        self.trainer.agent.set_knobs(**agent_knobs(values))
-        merge_every = int(values.get("merge_every", self.merge_every))
-        if merge_every != self.merge_every:
-            # Rounds are counted in the new unit from here on, the same way by every worker.
-            self.merge_every = merge_every
-            self.last_round = self.trainer.step // merge_every
-        self.knob_version = version
-        self.trainer._log("knobs_applied", version=version, values=values)
-        self.set(knob_version=version)
 
     def merge(self) -> None:
         """A merge round: a pack averages its merging workers on the device; with workers in

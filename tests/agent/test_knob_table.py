@@ -2,6 +2,7 @@
 the knob record, the agent and the window model, with no other change."""
 
 import json
+import pickle
 
 import pytest
 from conftest import tiny_config
@@ -9,7 +10,7 @@ from conftest import tiny_config
 import agent.knobs
 from agent.config import knobs_of, with_knobs
 from agent.errors import ConfigError
-from agent.knobs import Knob, knobs
+from agent.knobs import Knob, KnobValues, knobs
 from viewer.model import RunModel, window_knobs
 from viewer.panels.knobs import knob_widgets
 from workers.cli import build_parser
@@ -69,3 +70,23 @@ def test_the_table_is_what_the_layers_use():
         validate_knobs(tiny_config(), {"merge_every": 0})
     with pytest.raises(ConfigError, match="horizon must be a whole number"):
         with_knobs(tiny_config(), horizon=2.5)
+
+
+def test_knob_values_are_frozen_checked_once_and_travel_between_processes():
+    cfg = tiny_config()
+    values = validate_knobs(cfg, {**knobs_of(cfg), "merge_every": 3000})
+    assert isinstance(values, KnobValues) and values["merge_every"] == 3000
+    assert values == {**knobs_of(cfg), "merge_every": 3000}  # reads as the dict it was made of
+    with pytest.raises(AttributeError, match="frozen"):
+        values.horizon = 9
+    with pytest.raises(TypeError):
+        values["horizon"] = 9  # no item assignment either
+    assert pickle.loads(pickle.dumps(values)) == values  # to a worker process and back
+    assert json.loads(json.dumps(dict(values))) == values
+    with pytest.raises(ConfigError, match=r"horizon must be in \[1, 16\]"):
+        KnobValues({"horizon": 17})
+    with pytest.raises(ConfigError, match="not a live knob: batch_size"):
+        KnobValues({"batch_size": 64})
+    # Checks across fields need the config: validate_knobs makes them.
+    with pytest.raises(ConfigError, match="num_elites"):
+        validate_knobs(cfg, {**knobs_of(cfg), "num_elites": cfg.num_samples + 1})
