@@ -144,13 +144,23 @@ def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
     assert run.progress()[0]["state"] == "stopped"
 
 
-def test_sigterm_stops_a_headless_run_with_exit_code_0(tmp_path):
+@pytest.mark.parametrize(
+    "how, exit_code",
+    [("sigterm", 0), ("ctrl_c", 130)],
+)
+def test_a_stopped_headless_run_keeps_what_it_wrote(tmp_path, how, exit_code):
+    """SIGTERM to the program (a service manager, a scheduler) ends it with 0; Ctrl+C in a
+    terminal (SIGINT to the whole process group) with 130, as shells expect. Either way the
+    worker writes its stop record, a checkpoint and its weights."""
     run = tmp_path / "run"
     proc = launch("--headless", *TINY, "--quiet", "--run-dir", str(run))
     assert wait_for(lambda: has_record(run / "worker-0.jsonl", "train"), 180)
-    proc.send_signal(signal.SIGTERM)  # kill PID, as a service manager or a scheduler does
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)  # kill PID
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == exit_code, stderr
     assert "Traceback" not in stderr and "stopped at step" in stderr
     saved = records(run / "worker-0.jsonl")
     assert saved[-2] == {**saved[-2], "kind": "stop", "reason": "interrupted"}
