@@ -1,5 +1,6 @@
 """Command line of `launch.py bench`: its flags, and the dispatch to each benchmark. The flags
-shared with training (task, model size, seed, device, every Config field) come from workers/cli.py.
+shared with training (task, model size, seed, device, every Config field) come from
+workers/flags.py.
 """
 
 from __future__ import annotations
@@ -20,13 +21,8 @@ from bench.run import (
     merge_optimiser_benchmark,
 )
 from bench.speed import print_table, speed_benchmark
-from workers.cli import (
-    CliParser,
-    add_common_flags,
-    add_config_flags,
-    config_from_args,
-    default_run_dir,
-)
+from workers.cli import config_from_args, default_run_dir
+from workers.flags import CliParser, add_common_flags, add_config_flags
 from workers.threads import apply_threads, check_threads
 
 BENCH_EPILOG = """examples:

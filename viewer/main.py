@@ -9,7 +9,7 @@ import signal
 import sys
 
 from viewer.runs import initial_run
-from workers.cli import build_parser
+from workers.flags import build_parser
 from workers.presets import UserError
 from workers.threads import WINDOW_THREADS, apply_threads, check_threads, choose_threads
 
