@@ -13,7 +13,7 @@ from agent.errors import ConfigError
 from agent.knobs import Knob, KnobValues, knobs
 from viewer.model import RunModel, window_knobs
 from viewer.panels.knobs import knob_widgets
-from workers.cli import build_parser
+from workers.flags import build_parser
 from workers.knobs import KnobStore, validate_knobs
 
 
