@@ -20,7 +20,8 @@ from workers.paths import metrics_name
 from workers.records_tail import newest_error
 from workers.rundir import RunDir, human_size
 from workers.spawn import WorkerProcess
-from workers.worker import DOES_NOT_FIT, STATES, dir_identity
+from workers.worker import dir_identity
+from workers.worker_spec import DOES_NOT_FIT, STATES
 
 MONITOR_S = 0.25  # the monitor thread looks at least this often (a worker's exit: at once)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workers.paths import PLAYER_LOG, metrics_name
 from workers.rundir import damaged_lines, parse_jsonl
-from workers.worker import SNAPSHOT_FIELDS
+from workers.worker_spec import SNAPSHOT_FIELDS
 
 ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
 PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called

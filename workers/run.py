@@ -36,7 +36,7 @@ from workers.run_settings import RunSettings, default_pack, gpu_count, read_reco
 from workers.rundir import RunDir, damaged_lines
 from workers.spawn import WorkerProcess, spawn, worker_spec
 from workers.start import read_start_weights, write_start_weights
-from workers.worker import SNAPSHOT_FIELDS, STATES, WorkerSpec
+from workers.worker_spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
 
 # Callers import these from here (their rooms are named above).
 __all__ = ["AttachedRun", "BaseRun", "Run", "RunSettings", "default_pack", "gpu_count"]

@@ -16,7 +16,8 @@ from agent.config import Config
 from workers.run_settings import RunSettings, gpu_count
 from workers.signals import children_ignore_ctrl_c
 from workers.threads import choose_threads
-from workers.worker import SNAPSHOT_FIELDS, WorkerSpec, worker_main
+from workers.worker import worker_main
+from workers.worker_spec import SNAPSHOT_FIELDS, WorkerSpec
 
 
 @dataclass
@@ -33,7 +34,7 @@ class WorkerProcess:
     handled: bool = False  # its end was seen by the monitor
 
     def value(self, field: str) -> float:
-        """A field of its shared snapshot (see workers/worker.py SNAPSHOT_FIELDS)."""
+        """A field of its shared snapshot (see workers/worker_spec.py SNAPSHOT_FIELDS)."""
         return self.snapshot[SNAPSHOT_FIELDS.index(field)]
 
 

@@ -16,7 +16,6 @@ import shutil
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -46,40 +45,11 @@ from workers.rundir import (
 from workers.signals import child_signals
 from workers.threads import apply_threads
 from workers.trainer import StopTraining, Trainer
-
-# Layout of a worker's shared snapshot (multiprocessing.Array of doubles).
-SNAPSHOT_FIELDS = (
-    "step",
-    "steps_per_s",
-    "last_return",
-    "knob_version",
-    "state",
-    "merges",
-    "updates",
-    "heartbeat",
-    "blocked_bytes",  # while its state is "disk full": the size of the write that failed
-    "first_update_s",  # seconds from the process start to its first update's end (compiling)
-)
-# Appended, never reordered: the snapshot stores a state as its index here.
-STATES = (
-    "starting",
-    "seeding",
-    "training",
-    "merging",
-    "paused",
-    "stopped",
-    "crashed",
-    "done",
-    "pretraining",
-    "disk full",  # a write failed for want of space: training waits until writes succeed
-)
-
+from workers.worker_spec import DOES_NOT_FIT, RUN_DIR_GONE, SNAPSHOT_FIELDS, STATES, WorkerSpec
 
 _LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
-RUN_DIR_GONE = 3  # a worker's exit code when its run directory vanished
-DOES_NOT_FIT = 4  # its exit code when the GPU ran out of memory: restarting would not help
 DISK_RETRY_S = 2.0  # seconds between tries of a write that failed for want of space
 
 
@@ -104,24 +74,6 @@ def dir_identity(path: str | Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    index: int
-    run_path: str
-    cfg: dict
-    merge_with: tuple[int, ...]  # workers that take part in merges; empty: never merges
-    merge_timeout_s: float = 30.0
-    checkpoint_every: int = 10_000
-    threads: int = 1
-    resume: bool = False
-    start_from_merged: bool = False
-    join_step: int = 0  # from the merged weights: the agent step it starts counting from
-    nice: int = 0  # CPU priority below the process that started it (a window: see Run.start)
-    tensorboard: bool = True  # mirror the metrics into tb/worker-K/ (workers/exporters.py)
-    wandb: bool = False
-    merge_every: int = 2500  # the run's (RunSettings), used until a knob record says otherwise
 
 
 class WorkerHooks:
