@@ -25,27 +25,13 @@ from agent.errors import ConfigError
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, MergeStopped
-from workers.paths import (
-    START,
-    checkpoint_path,
-    merged_path,
-    metrics_name,
-    start_path,
-    weights_name,
-)
-from workers.rundir import (
-    RunDir,
-    human_size,
-    load_checkpoint,
-    load_state,
-    previous_path,
-    save_checkpoint,
-    state_bytes,
-)
+from workers.paths import checkpoint_path, metrics_name, weights_name
+from workers.rundir import RunDir, human_size, save_checkpoint, state_bytes
 from workers.signals import child_signals
 from workers.threads import apply_threads
 from workers.trainer import StopTraining, Trainer
 from workers.worker_spec import DOES_NOT_FIT, RUN_DIR_GONE, SNAPSHOT_FIELDS, STATES, WorkerSpec
+from workers.worker_start import start_worker
 
 _LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
@@ -420,53 +406,6 @@ def does_not_fit(workers: int, device: torch.device) -> str:
     )
 
 
-def _start(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int, int] | None:
-    """Worker k of the process resumes from its checkpoint, or starts from the merged weights,
-    or fresh. Returns the (knob version, merge_every) its checkpoint applied last, if any."""
-    run = trainer.members[k].run_dir
-    ckpt = checkpoint_path(spec.run_path, spec.index)
-    if spec.resume and (ckpt.exists() or previous_path(ckpt).exists()):
-        # The newest complete checkpoint: a damaged one falls back to the previous.
-        state, used, passed_over = load_checkpoint(ckpt, trainer.agent.device)
-        trainer.load_state_dict(state, worker=k)
-        fallback = None
-        if passed_over:
-            fallback = (
-                f"worker {spec.index}: {passed_over}; resumed from the previous checkpoint "
-                f"{used.name} at step {trainer.step}"
-            )
-        run.log("resumed", step=trainer.step, checkpoint=used.name, fallback=fallback)
-        if "merge_every" in state:  # older checkpoints kept no merge frequency
-            return int(state.get("knob_version", -1)), int(state["merge_every"])
-    elif spec.start_from_merged and merged_path(spec.run_path).exists():
-        _load_networks(trainer, k, merged_path(spec.run_path))
-        trainer.start_at(_join_step(spec, join))
-        run.log("started_from_merged", step=trainer.step)
-    else:
-        # Fresh: from the run's start weights where it has them (--load), in step with the
-        # others when restarted before any merge.
-        join_step = _join_step(spec, join) if spec.start_from_merged else 0
-        if join_step > 0:
-            trainer.start_at(join_step)
-        start = start_path(spec.run_path)
-        if start.exists():
-            _load_networks(trainer, k, start)
-            run.log("started_from_weights", step=trainer.step, file=START)
-        elif join_step > 0:
-            run.log("started_fresh", step=trainer.step)
-    return None
-
-
-def _load_networks(trainer: Trainer, k: int, path: Path) -> None:
-    """Worker k's networks from a file of one worker's networks (merged or start weights)."""
-    weights = load_state(path, trainer.agent.device)["model"]
-    trainer.agent.load_model_state(trainer.agent.checked_model_state(weights), [k])
-
-
-def _join_step(spec: WorkerSpec, join) -> int:
-    return max(spec.join_step, int(join.value) if join is not None else 0)
-
-
 def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) -> None:
     """Entry point of a spawned training process: one worker, or a pack (lists with one
     entry per worker; a single worker's may be given bare). `joins` (shared Values,
@@ -515,7 +454,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
             )
         start_knobs = None
         for k, sp in enumerate(specs):
-            start_knobs = _start(sp, trainer, k, joins[k]) or start_knobs
+            start_knobs = start_worker(sp, trainer, k, joins[k]) or start_knobs
         hooks = WorkerHooks(
             specs,
             trainer,

@@ -16,7 +16,7 @@ from workers.shown_weights import weights_file
 from workers.spawn import worker_spec
 from workers.start import read_start_weights
 from workers.trainer import Trainer
-from workers.worker import _start
+from workers.worker_start import start_worker
 
 CARTPOLE_DIMS = (5, 1)
 
@@ -70,7 +70,7 @@ def test_every_fresh_worker_starts_from_the_run_start_weights(tmp_path):
         spec = worker_spec(run.path, run.cfg, settings, index, 50)
         trainer = Trainer(dataclasses.replace(cfg, seed=cfg.seed + 1000 * index), progress=False)
         trainer.members[0].run_dir = log = RunDir.create(tmp_path / f"log-{index}")
-        assert _start(spec, trainer, 0, None) is None
+        assert start_worker(spec, trainer, 0, None) is None
         assert_same_networks(trainer.agent.model_state(0), agent.model_state(0))
         assert [r["kind"] for r in log.read_metrics()] == ["started_from_weights"]
     stored = load_state(start_path(run.path))
