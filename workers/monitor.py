@@ -16,11 +16,11 @@ import signal
 import threading
 import time
 
+from workers.disk_guard import dir_identity
 from workers.paths import metrics_name
 from workers.records_tail import newest_error
 from workers.rundir import RunDir, human_size
 from workers.spawn import WorkerProcess
-from workers.worker import dir_identity
 from workers.worker_spec import DOES_NOT_FIT, STATES
 
 MONITOR_S = 0.25  # the monitor thread looks at least this often (a worker's exit: at once)
@@ -109,7 +109,7 @@ class WorkerMonitor:
 
     def _watch_disk(self) -> None:
         """Say when a worker pauses because a write failed for want of space, and when it
-        goes on (it tries again by itself: see WorkerHooks.wait_for_disk)."""
+        goes on (it tries again by itself: see DiskGuard.wait_for_disk)."""
         for index, p in list(self._procs.items()):
             blocked = p.process.is_alive() and STATES[int(p.value("state"))] == "disk full"
             if blocked and index not in self._disk_full:

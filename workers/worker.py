@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 
 from agent.config import Config, knobs_of
 from agent.errors import ConfigError
+from workers.disk_guard import DiskGuard, dir_identity
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge import FileMergeBackend, MergeStopped
 from workers.paths import checkpoint_path, metrics_name, weights_name
-from workers.rundir import RunDir, human_size, save_checkpoint, state_bytes
+from workers.rundir import RunDir, save_checkpoint, state_bytes
 from workers.signals import child_signals
 from workers.threads import apply_threads
 from workers.trainer import StopTraining, Trainer
@@ -35,31 +34,6 @@ from workers.worker_start import start_worker
 
 _LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
-DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
-DISK_RETRY_S = 2.0  # seconds between tries of a write that failed for want of space
-
-
-class RunDirGone(Exception):
-    """The run directory was deleted or moved while the worker ran."""
-
-
-def _free_space(path: Path) -> str:
-    for folder in (path, *path.parents):
-        try:
-            return human_size(shutil.disk_usage(folder).free)
-        except OSError:
-            continue
-    return "unknown"
-
-
-def dir_identity(path: str | Path) -> tuple[int, int] | None:
-    """(device, inode) of a directory, None if it is not there: a directory moved away and
-    another made in its place is told apart."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return stat.st_dev, stat.st_ino
 
 
 class WorkerHooks:
@@ -87,10 +61,9 @@ class WorkerHooks:
         # The whole run stops, a worker leaves it, or the process was sent SIGTERM itself.
         self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
         self.parent = os.getppid()
-        self.run_dir_id, self._next_dir_check = dir_identity(spec.run_path), 0.0
-        self._disk_paused: tuple[float, OSError, Path] | None = None  # since, error, path
+        self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer._log, self._stop_now)
         for member in trainer.members:
-            member.run_dir.on_write_error = self.wait_for_disk
+            member.run_dir.on_write_error = self.disk.wait_for_disk
         # Positions (in the pack) of the workers that merge: the control worker does not.
         self.merging = [k for k, sp in enumerate(specs) if sp.merge_with]
         self.started, self.first_update_s = started or time.time(), None
@@ -265,44 +238,16 @@ class WorkerHooks:
         return asked
 
     def _guarded(self, write):
-        """A merge file write, tried again while the disk is full (see wait_for_disk)."""
+        """A merge file write, tried again while the disk is full (see DiskGuard.wait_for_disk)."""
         size = sum(t.numel() * t.element_size() for t in self.trainer.agent.model_state().values())
         return self.trainer.run_dir.guarded(self.backend.dir, size, write)
 
-    def wait_for_disk(self, err: OSError, path: Path, size: int) -> None:
-        """RunDir's write-error handler: a write failed for want of space. Training pauses
-        here (every complete file stays as it was) and the write is tried again every
-        DISK_RETRY_S; a stop ends the wait."""
-        if self._disk_paused is None:
-            self._disk_paused = (time.monotonic(), err, path)
-            print(
-                f"worker {self.spec.index}: cannot write {path} ({err.strerror or err}): "
-                f"{_free_space(path)} free, it needs about {human_size(size)}; training paused "
-                "until writes succeed again",
-                file=sys.stderr,
-            )
-        self.set(state=STATES.index("disk full"), blocked_bytes=size, heartbeat=time.time())
-        until = time.monotonic() + DISK_RETRY_S
-        while time.monotonic() < until:
-            if self._stopping() or os.getppid() != self.parent:
-                raise StopTraining
-            time.sleep(0.05)
-
-    def _disk_resumed(self) -> None:
-        """Writes succeed again: say so, in the record too."""
-        since, err, path = self._disk_paused
-        self._disk_paused = None
-        self.set(blocked_bytes=0)
-        paused_s = round(time.monotonic() - since, 1)
-        message = (
-            f"worker {self.spec.index}: writes succeed again; training resumed after "
-            f"{paused_s} s paused (writing {path} had failed: {err.strerror or err})"
-        )
-        print(message, file=sys.stderr)
-        self.trainer._log("disk_resumed", path=str(path), error=str(err), paused_s=paused_s)
-
     def _stopping(self) -> bool:
         return any(event.is_set() for event in self.stop_events)
+
+    def _stop_now(self) -> bool:
+        # A run whose main process died (kill -9) must not leave orphans training on.
+        return self._stopping() or os.getppid() != self.parent
 
     def obey_pause_and_stop(self) -> None:
         paused = False
@@ -315,8 +260,7 @@ class WorkerHooks:
             self.apply_knobs()
         if paused:
             self.trainer._log("resume")
-        # A run whose main process died (kill -9) must not leave orphans training on.
-        if self._stopping() or os.getppid() != self.parent:
+        if self._stop_now():
             raise StopTraining
 
     def during_evaluation(self, trainer: Trainer) -> None:
@@ -335,9 +279,8 @@ class WorkerHooks:
             trainer._log("first_update", seconds=self.first_update_s)
         if trainer.pretrained:
             return  # training does few updates per agent step: the step hook is soon enough
-        self.check_run_dir()
-        if self._disk_paused is not None:
-            self._disk_resumed()
+        self.disk.check_run_dir()
+        self.disk.resumed()
         if self._checkpoint_asked():
             self.checkpoint()
         self.obey_pause_and_stop()
@@ -353,20 +296,9 @@ class WorkerHooks:
             self.last_phase_record = now
             self.trainer._log(phase, **fields)
 
-    def check_run_dir(self) -> None:
-        """Stop (RunDirGone) once the run directory was deleted or moved: writing on would
-        recreate a partial run where it was."""
-        now = time.monotonic()
-        if now < self._next_dir_check:
-            return
-        self._next_dir_check = now + DIR_CHECK_S
-        if dir_identity(self.spec.run_path) != self.run_dir_id:
-            raise RunDirGone(self.spec.run_path)
-
     def __call__(self, trainer: Trainer) -> None:
-        self.check_run_dir()
-        if self._disk_paused is not None:
-            self._disk_resumed()
+        self.disk.check_run_dir()
+        self.disk.resumed()
         self.apply_knobs()
         if self.backend is not None and trainer.step // self.merge_every > self.last_round:
             self.merge()
