@@ -23,7 +23,7 @@ from agent.errors import ConfigError
 from workers.disk_guard import DiskGuard, dir_identity
 from workers.exporters import attach_exporters
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
-from workers.merge import FileMergeBackend, MergeStopped
+from workers.merge_round import MergeRounds
 from workers.paths import checkpoint_path, metrics_name, weights_name
 from workers.rundir import RunDir, save_checkpoint, state_bytes
 from workers.signals import child_signals
@@ -64,23 +64,17 @@ class WorkerHooks:
         self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer._log, self._stop_now)
         for member in trainer.members:
             member.run_dir.on_write_error = self.disk.wait_for_disk
-        # Positions (in the pack) of the workers that merge: the control worker does not.
-        self.merging = [k for k, sp in enumerate(specs) if sp.merge_with]
         self.started, self.first_update_s = started or time.time(), None
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
         self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
-        merge_with = next((sp.merge_with for sp in specs if sp.merge_with), ())
-        self.backend = (
-            FileMergeBackend(
-                spec.run_path, list(merge_with), spec.merge_timeout_s, stop=self._stopping
-            )
-            if merge_with
+        self.rounds = (
+            MergeRounds(specs, trainer, self.set, self._stopping)
+            if any(sp.merge_with for sp in specs)
             else None
         )
         self.last_round = trainer.step // self.merge_every
-        self.merges = 0
         self.last_phase_record = -math.inf
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
         good = self.knobs.last_good(trainer.agent.cfg)  # knobs.json, or its history if damaged
@@ -155,69 +149,6 @@ class WorkerHooks:
             message=f"{what}: {reason}; {stays}",
         )
 
-    def merge(self) -> None:
-        """A merge round: a pack averages its merging workers on the device; with workers in
-        other processes that mean (weighing as many workers as it holds) goes through the
-        file backend. A worker with non-finite weights is left out and reset from the mean."""
-        t, agent = self.trainer, self.trainer.agent
-        round_ = t.step // self.merge_every
-        own = [self.specs[k].index for k in self.merging]
-        index_of = dict(zip(self.merging, own))
-        others = [w for w in self.backend.members() if w not in own]
-        self.set(state=STATES.index("merging"))
-        start = time.perf_counter()
-        pack = agent.pack_mean(self.merging)
-        if pack is None:
-            self._log_merging("merge_skipped", round=round_, reason="own weights are not finite")
-            self.last_round = round_
-            return
-        mean, good, bad = pack
-        participants = [index_of[k] for k in good]
-        left_out = {index_of[k]: why for k, why in bad.items()}
-        if others or self.backend.down:
-            state = {k: v.detach().cpu() for k, v in mean.items()}
-            try:
-                result = self._guarded(
-                    lambda: self.backend.merge(
-                        own[0], round_, state, t.step, tuple(participants), tuple(own)
-                    )
-                )
-            except MergeStopped:
-                # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
-                self._log_merging("merge_stopped", round=round_)
-                raise StopTraining from None
-            merged, participants = result.merged, result.participants
-            left_out.update(result.left_out)
-            others_distances = {w: d for w, d in result.distances.items() if w not in own}
-        else:
-            others_distances = {}
-            # Every merging worker is here: no files to wait for. The merged weights are
-            # still published, for the showcase and for a worker added later.
-            merged = mean
-            published = {k: v.detach().cpu() for k, v in mean.items()}
-            self._guarded(
-                lambda: self.backend.publish_merged(round_, published, participants, t.step)
-            )
-        own_distances = agent.assign(merged, self.merging, reset=list(bad))
-        distances = {**others_distances, **{index_of[k]: d for k, d in own_distances.items()}}
-        self.last_round = round_
-        if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
-            self.merges += 1
-            self._log_merging(
-                "merge",
-                round=round_,
-                participants=participants,
-                left_out={str(k): v for k, v in left_out.items()},
-                distances={str(w): round(d, 6) for w, d in sorted(distances.items())},
-                merge_ms=round((time.perf_counter() - start) * 1000, 2),
-            )
-        self.set(merges=self.merges)
-
-    def _log_merging(self, kind: str, **fields: object) -> None:
-        """A record for the workers that merge (a control worker in the pack does not)."""
-        for k in self.merging:
-            self.trainer.members[k].log(kind, self.trainer.step, **fields)
-
     def checkpoint(self) -> None:
         """One checkpoint per worker: worker-K.pt of a pack is a lone worker's."""
         for k, spec in enumerate(self.specs):
@@ -236,11 +167,6 @@ class WorkerHooks:
         for event in self.checkpoint_events:
             event.clear()
         return asked
-
-    def _guarded(self, write):
-        """A merge file write, tried again while the disk is full (see DiskGuard.wait_for_disk)."""
-        size = sum(t.numel() * t.element_size() for t in self.trainer.agent.model_state().values())
-        return self.trainer.run_dir.guarded(self.backend.dir, size, write)
 
     def _stopping(self) -> bool:
         return any(event.is_set() for event in self.stop_events)
@@ -300,8 +226,10 @@ class WorkerHooks:
         self.disk.check_run_dir()
         self.disk.resumed()
         self.apply_knobs()
-        if self.backend is not None and trainer.step // self.merge_every > self.last_round:
-            self.merge()
+        round_ = trainer.step // self.merge_every
+        if self.rounds is not None and round_ > self.last_round:
+            self.rounds.merge(round_)
+            self.last_round = round_
         if self._checkpoint_asked() or trainer.step >= self.next_checkpoint:
             self.checkpoint()
             self.next_checkpoint = (
