@@ -1,0 +1,206 @@
+"""A pack's networks as state: merging inside the pack, and one worker's networks, Adam moments
+and random stream read and written as a lone agent's (the checkpoint format does not depend on
+the pack). TDMPC2 (agent/agent.py) is a PackState; this room holds what is not acting or
+learning.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agent.config import Config
+from agent.errors import WeightsError
+from agent.noise import PackNoise
+from agent.world_model import WorldModel
+
+State = dict[str, torch.Tensor]
+FORMAT = "tdmpc2-live/agent/1"
+
+
+@dataclass
+class PackMerge:
+    """A merge inside a pack: the mean, who is in it, who is left out and why."""
+
+    mean: State
+    participants: list[int]
+    left_out: dict[int, str] = field(default_factory=dict)
+    distances: dict[int, float] = field(default_factory=dict)
+
+
+class PackState:
+    """Merging and saving for an agent of `pack` workers (set up by TDMPC2.__init__)."""
+
+    cfg: Config
+    model: WorldModel
+    optim: torch.optim.Optimizer
+    pi_optim: torch.optim.Optimizer
+    noise: PackNoise
+    device: torch.device
+    obs_dim: int
+    action_dim: int
+    pack: int
+
+    @torch.no_grad()
+    def merge_workers(self, workers: Sequence[int]) -> PackMerge | None:
+        """Average the networks of `workers` over the worker dimension, in place on the
+        device. A worker with non-finite weights is left out of the mean and reset from it
+        (its Adam moments zeroed). None when no worker is finite."""
+        found = self.pack_mean(workers)
+        if found is None:
+            return None
+        mean, good, left_out = found
+        distances = self.assign(mean, workers, reset=list(left_out))
+        return PackMerge(mean, good, left_out, distances)
+
+    @torch.no_grad()
+    def pack_mean(self, workers: Sequence[int]) -> tuple[State, list[int], dict[int, str]] | None:
+        """(mean of the finite ones among `workers`, those, {left out: why}); None when none
+        is finite. Changes nothing."""
+        floats = {k: t for k, t in self.model.state_dict().items() if t.is_floating_point()}
+        index = torch.tensor(list(workers), device=self.device)
+        # One sum per tensor and worker: NaN and inf propagate, far cheaper than isfinite.
+        sums = torch.stack(
+            [t[index].reshape(len(index), -1).sum(1, dtype=torch.float64) for t in floats.values()]
+        )
+        finite = torch.isfinite(sums).all(0).tolist()
+        good = [w for w, ok in zip(workers, finite) if ok]
+        if not good:
+            return None
+        left_out = {w: "non-finite weights" for w, ok in zip(workers, finite) if not ok}
+        return {k: t[good].mean(0) for k, t in floats.items()}, good, left_out
+
+    @torch.no_grad()
+    def assign(
+        self, state: State, workers: Sequence[int], reset: Sequence[int] = ()
+    ) -> dict[int, float]:
+        """Give `workers` the networks `state` (the merged ones); `reset` of them also lose
+        their Adam moments. Returns each other worker's L2 distance from `state` before."""
+        own = self.model.state_dict()
+        names = list(state)
+        distances = {}
+        for w in workers:
+            if w not in reset:
+                diffs = [own[k][w] - state[k].to(self.device) for k in names]
+                distances[w] = float(torch.stack([d.norm() for d in diffs]).norm())
+        self.load_model_state(state, workers)
+        for w in reset:
+            self._reset_moments(w)
+        return distances
+
+    def _reset_moments(self, worker: int) -> None:
+        for optim in (self.optim, self.pi_optim):
+            for state in optim.state.values():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in state:
+                        state[key][worker].zero_()
+
+    @torch.no_grad()
+    def load_model_state(self, state: State, workers: Sequence[int]) -> None:
+        """Copy one worker's networks (a state of model_state's shapes) into `workers`."""
+        own = self.model.state_dict()
+        index = torch.tensor(list(workers), device=self.device)
+        for name, tensor in state.items():
+            target = own[name]
+            value = tensor.to(self.device, target.dtype)
+            target.index_copy_(0, index, value.unsqueeze(0).expand(len(workers), *value.shape))
+
+    def model_state(self, worker: int = 0) -> State:
+        """Worker `worker`'s networks, shaped as a lone agent's (no worker dimension)."""
+        return {k: v[worker] for k, v in self.model.state_dict().items()}
+
+    # weights -----------------------------------------------------------------------
+    def state_dict(self, worker: int = 0) -> dict:
+        """Worker `worker`'s networks, Adam moments and random stream, as a lone agent's."""
+        return {
+            "format": FORMAT,
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
+            "model": {k: v.clone() for k, v in self.model_state(worker).items()},
+            "optim": _optim_slice(self.optim, worker),
+            "pi_optim": _optim_slice(self.pi_optim, worker),
+            "noise": self.noise.get_state(worker),
+        }
+
+    def load_state_dict(self, state: dict, weights_only: bool = False, worker: int = 0) -> None:
+        """Load a state from state_dict() into one worker; a mismatch raises WeightsError,
+        changing nothing."""
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise WeightsError("not a TD-MPC2 Live agent state (missing or unknown format tag)")
+        dims = (state.get("obs_dim"), state.get("action_dim"))
+        if dims != (self.obs_dim, self.action_dim):
+            raise WeightsError(
+                f"weights are for obs/action dims {dims}, this task has "
+                f"{(self.obs_dim, self.action_dim)}"
+            )
+        theirs = self.checked_model_state(state.get("model", {}))
+        self.load_model_state(theirs, [worker])
+        if not weights_only:
+            _load_optim_slice(self.optim, worker, state["optim"])
+            _load_optim_slice(self.pi_optim, worker, state["pi_optim"])
+            if "noise" in state:
+                self.noise.set_state(worker, state["noise"])
+
+    def checked_model_state(self, theirs: State) -> State:
+        """`theirs` if it is one worker's networks of this model (shapes as model_state's),
+        else WeightsError. Q biases saved as (E, 1, out) before packs are read as (E, out)."""
+        own = self.model_state(0)
+        missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
+        if missing or extra:
+            raise WeightsError(
+                f"weights do not match this model (missing {missing[:3]}, unexpected {extra[:3]})"
+            )
+        fitted = {}
+        for name, tensor in own.items():
+            value = theirs[name]
+            if value.shape != tensor.shape and value.squeeze().shape == tensor.squeeze().shape:
+                value = value.reshape(tensor.shape)
+            if value.shape != tensor.shape:
+                raise WeightsError(
+                    f"weights do not match this model size: {name} has shape "
+                    f"{tuple(value.shape)}, expected {tuple(tensor.shape)}"
+                )
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise WeightsError(f"weights contain non-finite values in {name}")
+            fitted[name] = value
+        return fitted
+
+
+def _optim_slice(optim: torch.optim.Optimizer, worker: int) -> dict:
+    """One worker's part of an Adam state dict over stacked weights: a lone agent's."""
+    full = optim.state_dict()
+    state = {
+        i: {k: v.clone() if k == "step" else v[worker].clone() for k, v in entry.items()}
+        for i, entry in full["state"].items()
+    }
+    return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+
+def _load_optim_slice(optim: torch.optim.Optimizer, worker: int, theirs: dict) -> None:
+    """Put one worker's Adam state (from _optim_slice) into its slice of the pack's."""
+    params = [p for g in optim.param_groups for p in g["params"]]
+    full = optim.state_dict()
+    for i, param in enumerate(params):
+        entry = theirs["state"].get(i)
+        if entry is None:
+            continue
+        own = full["state"].setdefault(
+            i,
+            {
+                "step": torch.zeros(()),
+                "exp_avg": torch.zeros_like(param),
+                "exp_avg_sq": torch.zeros_like(param),
+            },
+        )
+        # Adam's step is one per stacked tensor: a pack counts the furthest worker's steps
+        # (the bias correction is ~1 after a few thousand either way).
+        step = entry["step"].cpu().float()
+        own["step"] = step if param.shape[0] == 1 else torch.maximum(own["step"].cpu(), step)
+        for key in ("exp_avg", "exp_avg_sq"):
+            moment = own[key].clone()
+            moment[worker] = entry[key].to(moment.device).view_as(moment[worker])
+            own[key] = moment
+    optim.load_state_dict(full)
