@@ -18,9 +18,9 @@ from conftest import TINY_FLAGS, start_program, wait_until
 from conftest import tiny_run as tiny
 
 from workers.merge import FileMergeBackend, MergeStopped
+from workers.paths import checkpoint_path
 from workers.run import Run, RunSettings
 from workers.signals import children_ignore_ctrl_c
-from workers.worker import checkpoint_path
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*TINY_FLAGS, "--steps=100000", "--no-tensorboard"]

@@ -19,6 +19,7 @@ from agent.errors import UserError, WeightsError
 from viewer.model import RunModel
 from workers.cli import main
 from workers.knobs import KnobStore
+from workers.paths import checkpoint_path
 from workers.requests import RequestLog
 from workers.run import Run, RunSettings
 from workers.rundir import (
@@ -29,7 +30,6 @@ from workers.rundir import (
     previous_path,
     save_checkpoint,
 )
-from workers.worker import checkpoint_path
 
 
 def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, monkeypatch):

@@ -11,9 +11,9 @@ from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError, UserError
+from workers.paths import checkpoint_path
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
-from workers.worker import checkpoint_path
 
 
 def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
