@@ -123,7 +123,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
         message, code = f"{type(err).__name__}: {err}", 1
         if isinstance(err, torch.cuda.OutOfMemoryError):
             message, code = (
-                does_not_fit(err, len(specs), torch.device(cfgs[0].device)),
+                does_not_fit(len(specs), torch.device(cfgs[0].device)),
                 DOES_NOT_FIT,
             )
             print(f"{who}: {message}", file=sys.stderr)
