@@ -1,17 +1,21 @@
 """Packs in a run: K workers in one process, seen by the run directory as K workers."""
 
 import json
+import threading
 
 import pytest
 import torch
 from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
+import workers.worker as worker_module
 from agent.errors import ConfigError, UserError
 from workers.cli import main
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
+from workers.spawn import worker_spec
 from workers.worker import does_not_fit
+from workers.worker_spec import DOES_NOT_FIT, SNAPSHOT_FIELDS, STATES
 
 
 def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):
@@ -117,3 +121,35 @@ def test_a_pack_out_of_gpu_memory_says_how_many_workers_fit(monkeypatch):
     line = does_not_fit(16, torch.device("cuda"))
     assert "a pack of 16 workers does not fit in the memory of NVIDIA H200 (141.0 GiB" in line
     assert "at most about 20 fit" in line and "--pack 20" in line
+
+
+def test_a_pack_out_of_gpu_memory_exits_with_that_line_and_records_it(
+    monkeypatch, tmp_path, capsys
+):
+    """The worker process's own handling: exit code DOES_NOT_FIT (not restarted), the line on
+    stderr and as each member's error record."""
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (20 * gib, 141 * gib))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 60 * gib)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(worker_module, "Trainer", out_of_memory)
+    monkeypatch.setattr(worker_module, "child_signals", lambda: None)  # not in pytest itself
+    monkeypatch.setattr(worker_module, "apply_threads", lambda threads: None)
+    settings = RunSettings(workers=2, pack=2)
+    run = Run.create(tmp_path / "run", tiny(100), settings)
+    specs = [worker_spec(run.path, run.cfg, settings, k, 100) for k in (0, 1)]
+    snapshots = [[0.0] * len(SNAPSHOT_FIELDS) for _ in specs]
+    flags = [threading.Event() for _ in range(6)]  # pause, stop, checkpoints, leaves
+    with pytest.raises(SystemExit) as exited:
+        worker_module.worker_main(specs, snapshots, *flags[:2], flags[2:4], flags[4:])
+    assert exited.value.code == DOES_NOT_FIT
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("workers 0, 1 (a pack): a pack of 2 workers does not fit"), line
+    for k in (0, 1):
+        errors = [e for e in events(run, "error") if e["worker"] == k]
+        assert len(errors) == 1 and "at most about" in errors[0]["message"]
+    assert [s[SNAPSHOT_FIELDS.index("state")] for s in snapshots] == [STATES.index("crashed")] * 2
