@@ -238,7 +238,8 @@ class Controller:
         self._paused = False
         self._phase = "running"
         verb = "attached to" if run.attached else "started"
-        self.notices.put(f"{verb} {run.path} ({workers} workers, {run.cfg.task})")
+        count = f"{workers} worker{'s' * (workers != 1)}"
+        self.notices.put(f"{verb} {run.path} ({count}, {run.cfg.task})")
 
     def _stop_run(self) -> None:
         run = self._run
