@@ -1,9 +1,10 @@
 """The CI learning check: a small agent must clearly learn cartpole-balance within a bounded
-number of steps. Thresholds come from measurements (BENCHMARKS.md): a random policy scores about
-300-390 on this task and the untrained planner 300-450. The run scored 639 at step 4000 when
-the check was calibrated, and 525 and 736 at step 4500 in two later runs: training on CPU is not
-bit-reproducible from run to run and the return climbs steeply here, so the bar sits at 500,
-above anything an untrained agent scored."""
+number of steps. Thresholds come from measurements (BENCHMARKS.md "The CI learning check"): a
+random policy scores about 300-390 on this task and the untrained planner 300-450. At step 4500,
+where the check used to look, the return is mid-climb and swings from seed to seed (420-736 in
+six runs); at step 6000 the three runs measured scored 701 (this test's own run), 824 and 871, so
+the check trains 6000 steps and the bar sits at 550: 100 above anything an untrained agent
+scored, 150 below the lowest learned score."""
 
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from agent.config import make_config
 from agent.envs import make_env
 from workers.trainer import Trainer
 
-STEPS = 4500
-THRESHOLD = 500.0
+STEPS = 6000
+THRESHOLD = 550.0
 
 
 def random_policy_return(episodes: int = 3) -> float:
