@@ -1,6 +1,6 @@
 """The merge rounds of one training process: a pack first averages its own merging workers on
 the device; with workers in other processes that mean goes through the file backend
-(workers/merge.py), and every worker takes the merged weights. Apart from the hooks
+(workers/merge.py), and every worker takes the merged weights. Kept apart from the hooks
 (workers/hooks.py), which start a round every `merge_every` agent steps, because a round is its
 own protocol: who takes part, who is left out, what is recorded.
 """

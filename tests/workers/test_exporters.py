@@ -209,5 +209,5 @@ def test_no_tensorboard_flag_of_the_headless_command(tmp_path):
     result = launch("--headless", *flags, "--no-tensorboard", "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "run" / "tb").exists()
-    header, rows = read_csv(tmp_path / "run" / "eval.csv")
+    header, rows = read_csv(tmp_path / "run" / "eval-worker-0.csv")
     assert header == ["step", "episode_reward"] and [r["step"] for r in rows] == ["120"]
