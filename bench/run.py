@@ -18,6 +18,7 @@ from agent.config import Config
 from agent.envs import make_env
 from agent.errors import UserError
 from workers.merge import FileMergeBackend, average_states, distance
+from workers.records import Eval, KnobsApplied
 from workers.run import Run, RunSettings
 from workers.trainer import StopTraining, Trainer
 
@@ -64,9 +65,9 @@ def merge_gain_benchmark(
         run.start()
         run.wait()
         evals: dict[int, list[float]] = {}
-        for event in run.new_events():
-            if event["kind"] == "eval":
-                evals.setdefault(event["step"], []).append(event["ret"])
+        for record in run.new_events():
+            if isinstance(record, Eval):
+                evals.setdefault(record.step, []).append(record.ret)
         curve = sorted((step, float(np.mean(r))) for step, r in evals.items() if len(r) == count)
         reached = next((step for step, ret in curve if ret >= threshold), None)
         results[count] = {
@@ -109,9 +110,7 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         knob_sets.append((version, at))
     time.sleep(5)
     applied = {
-        (e["worker"], e["version"]): e["step"]
-        for e in run.new_events()
-        if e["kind"] == "knobs_applied"
+        (r.worker, r.version): r.step for r in run.new_events() if isinstance(r, KnobsApplied)
     }
     lags = [
         applied[(w, v)] - at[w] for v, at in knob_sets for w in range(workers) if (w, v) in applied

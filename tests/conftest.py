@@ -1,9 +1,9 @@
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,8 @@ os.environ.setdefault("TDMPC2_LIVE_NO_BOOTSTRAP", "1")
 torch.set_num_threads(2)
 
 from agent.config import make_config  # noqa: E402
+from workers.records import Record  # noqa: E402
+from workers.rundir import RunDir  # noqa: E402
 
 
 def tiny_config(**overrides):
@@ -142,13 +144,11 @@ def wait_until(predicate, timeout=180.0, poll=0.2) -> bool:
     return False
 
 
-def events(run, kind, worker=None) -> list[dict]:
-    """A run's records of one kind from every worker's metrics file, each with its worker."""
+def events(run, kind: type[Record], worker: int | None = None) -> list[Record]:
+    """A run's records of one kind from every worker's metrics file (all, or `worker`'s)."""
     found = []
     for index in range(run.settings.workers):
-        path = run.path / f"worker-{index}.jsonl"
-        if path.exists():
-            found += [
-                json.loads(line) | {"worker": index} for line in path.read_text().splitlines()
-            ]
-    return [e for e in found if e["kind"] == kind and worker in (None, e["worker"])]
+        if worker in (None, index):
+            log = RunDir(run.path, metrics=f"worker-{index}.jsonl")
+            found += [replace(r, worker=index) for r in log.read_metrics(kind)]
+    return found

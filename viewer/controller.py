@@ -268,9 +268,9 @@ class Controller:
         """This window owns the run: serve what windows attached to it asked for."""
         for request in run.serve_requests():
             self.notices.put(f"an attached window asked: {describe(request)}")
-            if request["action"] in ("pause", "resume_training") and not request["error"]:
-                self._paused = request["action"] == "pause"
-            if request["action"] == "stop":
+            if request.action in ("pause", "resume_training") and not request.error:
+                self._paused = request.action == "pause"
+            if request.action == "stop":
                 self._stop_run()
                 return
 

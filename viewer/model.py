@@ -12,6 +12,20 @@ from dataclasses import dataclass, field
 
 from agent.knobs import knobs
 from viewer.series import Series, chart_line
+from workers.records import (
+    Crashed,
+    Episode,
+    Error,
+    Eval,
+    KnobsApplied,
+    KnobsRefused,
+    Merge,
+    MergeSkipped,
+    Record,
+    Resumed,
+    ShowcaseEpisode,
+    Train,
+)
 
 LOSSES = ("total_loss", "consistency_loss", "reward_loss", "value_loss", "pi_loss", "q_scale")
 
@@ -72,82 +86,77 @@ class RunModel:
     _knob_versions: set = field(default_factory=set)
     _told: set = field(default_factory=set)
 
-    def ingest(self, events: list[dict]) -> None:
-        malformed = 0
-        for event in events:
-            try:
-                self._ingest_one(event)
-            except (KeyError, TypeError, ValueError, AttributeError):  # a record of bad shape
-                malformed += 1
-        if malformed:  # the charts go on without them: said once per batch, with how many
-            self.errors.append(f"{malformed} malformed record(s) skipped")
-            self.error_count += 1
-        self.events_seen += len(events)
+    def ingest(self, records: list[Record]) -> None:
+        for record in records:
+            self._ingest_one(record)
+        self.events_seen += len(records)
 
-    def _ingest_one(self, e: dict) -> None:
-        kind, worker = e.get("kind"), e.get("worker")
-        step, wall = float(e.get("step", 0)), float(e.get("time", 0.0))
+    def _ingest_one(self, r: Record) -> None:
+        worker, step, wall = r.worker, float(r.step or 0), r.time
         if self.start_time is None or wall < self.start_time:
             self.start_time = wall
-        if kind == "episode":
-            self.returns.setdefault(worker, Series()).append(step, wall, e["ret"])
-        elif kind == "eval":
-            self.evals.setdefault(worker, Series()).append(step, wall, e["ret"])
-        elif kind == "showcase_episode":
-            self.showcase.append(self._latest_step(), wall, e["ret"])
-        elif kind == "train":
-            self.speed.setdefault(worker, Series()).append(step, wall, e["steps_per_s"])
-            for name in LOSSES:
-                if name in e and _finite(e[name]):
-                    self.losses.setdefault(name, {}).setdefault(worker, Series()).append(
-                        step, wall, e[name]
-                    )
-        elif kind == "merge":
-            for k, d in e.get("distances", {}).items():
-                self.distances.setdefault(int(k), Series()).append(step, wall, d)
-            if e["round"] not in self._merge_rounds:
-                self._merge_rounds.add(e["round"])
-                self.merge_marks.append((step, wall))
-            for k in e.get("participants", []):
-                self.left_out.pop(int(k), None)
-            for k, reason in e.get("left_out", {}).items():
-                self.left_out[int(k)] = str(reason)
-        elif kind == "merge_skipped":
-            self.left_out[worker] = e.get("reason", "left out")
-        elif kind == "knobs_applied":
-            self.applied[worker] = {"version": e["version"], **e["values"]}
-            for knob, (version, _) in list(self.knob_errors.items()):
-                if e["version"] > version:  # a good record replaced it
-                    del self.knob_errors[knob]
-            if e["version"] > 0 and e["version"] not in self._knob_versions:
-                self._knob_versions.add(e["version"])
-                self.knob_marks.append((step, wall, f"knobs v{e['version']}"))
-        elif kind == "error":
-            source = "showcase" if worker == "player" else f"worker {worker}"
-            self.errors.append(f"{source}: {e.get('message', 'error')}")
-            self.error_count += 1
-        elif kind == "knobs_refused":
-            knob, in_force = e.get("knob"), e.get("in_force") or {}
-            if knob in in_force:
-                text = f"refused {e.get('value')!r}; {_number(in_force[knob])} stays"
-            else:
-                text = "record unreadable; the last good values stay"
-            # Cleared by a newer version applied (unreadable: newer than the one in force).
-            version = e.get("version")
-            self.knob_errors[knob] = (
-                e.get("in_force_version", -1) if version is None else version,
-                text,
-            )
-            if e.get("message") not in self._told:  # every worker refuses it: say it once
-                self._told.add(e.get("message"))
-                self.errors.append(f"worker {worker}: {e.get('message')}")
-                self.error_count += 1
-        elif kind == "resumed" and e.get("fallback"):  # a damaged checkpoint passed over
-            self.errors.append(f"warning: {e['fallback']}")
-            self.error_count += 1
-        elif kind == "crashed":  # written by the run: says why, and whether it restarts
-            self.errors.append(str(e.get("message", f"worker {worker} crashed")))
-            self.error_count += 1
+        match r:
+            case Episode():
+                self.returns.setdefault(worker, Series()).append(step, wall, r.ret)
+            case Eval():
+                self.evals.setdefault(worker, Series()).append(step, wall, r.ret)
+            case ShowcaseEpisode():
+                self.showcase.append(self._latest_step(), wall, r.ret)
+            case Train():
+                self.speed.setdefault(worker, Series()).append(step, wall, r.steps_per_s)
+                for name in LOSSES:
+                    if _finite(value := r.losses.get(name)):
+                        by_worker = self.losses.setdefault(name, {})
+                        by_worker.setdefault(worker, Series()).append(step, wall, value)
+            case Merge():
+                self._merged(r, step, wall)
+            case MergeSkipped():
+                self.left_out[worker] = r.reason
+            case KnobsApplied():
+                self._knobs_applied(r, step, wall)
+            case Error():
+                source = "showcase" if worker == "player" else f"worker {worker}"
+                self._error(f"{source}: {r.message}")
+            case KnobsRefused():
+                self._knobs_refused(r)
+            case Resumed() if r.fallback:  # a damaged checkpoint passed over
+                self._error(f"warning: {r.fallback}")
+            case Crashed():  # written by the run: says why, and whether it restarts
+                self._error(r.message)
+
+    def _error(self, text: str) -> None:
+        self.errors.append(text)
+        self.error_count += 1
+
+    def _merged(self, r: Merge, step: float, wall: float) -> None:
+        for k, d in r.distances.items():
+            self.distances.setdefault(k, Series()).append(step, wall, d)
+        if r.round not in self._merge_rounds:
+            self._merge_rounds.add(r.round)
+            self.merge_marks.append((step, wall))
+        for k in r.participants:
+            self.left_out.pop(k, None)
+        self.left_out.update(r.left_out)
+
+    def _knobs_applied(self, r: KnobsApplied, step: float, wall: float) -> None:
+        self.applied[r.worker] = {"version": r.version, **r.values}
+        for knob, (version, _) in list(self.knob_errors.items()):
+            if r.version > version:  # a good record replaced it
+                del self.knob_errors[knob]
+        if r.version > 0 and r.version not in self._knob_versions:
+            self._knob_versions.add(r.version)
+            self.knob_marks.append((step, wall, f"knobs v{r.version}"))
+
+    def _knobs_refused(self, r: KnobsRefused) -> None:
+        if r.knob in r.in_force:
+            text = f"refused {r.value!r}; {_number(r.in_force[r.knob])} stays"
+        else:
+            text = "record unreadable; the last good values stay"
+        # Cleared by a newer version applied (unreadable: newer than the one in force).
+        self.knob_errors[r.knob] = (r.in_force_version if r.version is None else r.version, text)
+        if r.message not in self._told:  # every worker refuses it: say it once
+            self._told.add(r.message)
+            self._error(f"worker {r.worker}: {r.message}")
 
     def _latest_step(self) -> float:
         steps = [s.steps[-1] for s in self.returns.values() if len(s)]

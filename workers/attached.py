@@ -42,13 +42,13 @@ class AttachedRun(BaseRun):
     def start(self, nice: int = 0) -> None:
         raise UserError("an attached run cannot start workers: it watches another process's")
 
-    def _ask_owner(self, action: str, **args: int) -> None:
+    def _ask_owner(self, action: str, worker: int | None = None) -> None:
         """Pass a request to the process that owns the run (see Run.serve_requests)."""
         # Workers not heard from yet may still be starting: only silence after records, or
         # every worker ended, shows that nobody is there.
         if not any(w["alive"] or not w["heartbeat"] for w in self.progress()):
             raise UserError(NOT_SERVED.format(path=self.path))
-        self.requests.send(action, **args)
+        self.requests.send(action, worker)
 
     def pause(self) -> None:
         self._ask_owner("pause")

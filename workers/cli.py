@@ -122,14 +122,14 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
 def _summary(run, interrupted: bool) -> str:
     """Where the run got to: its workers' step, their mean last evaluation return, the run."""
     from workers.paths import metrics_name
-    from workers.records_tail import is_number, tail_records
+    from workers.records import Eval
+    from workers.records_tail import tail_records
 
     steps = [w["step"] for w in run.progress()]
     evals = []
     for k in run.settings.active:
         records = tail_records(run.path / metrics_name(k))
-        found = [r["ret"] for r in records if r.get("kind") == "eval" and is_number(r.get("ret"))]
-        evals += found[-1:]
+        evals += [r.ret for r in records if isinstance(r, Eval)][-1:]
     last = f", mean last eval return {sum(evals) / len(evals):.1f}" if evals else ""
     word = "stopped" if interrupted else "finished"
     return f"{word} at step {int(min(steps, default=0))}{last}; run directory {run.path}"
@@ -142,7 +142,7 @@ def _serve_requests(run, say: Callable[[str], None]) -> bool:
 
     for request in run.serve_requests():
         say(f"attached window asked: {describe(request)}")
-        stop = stop or request["action"] == "stop"
+        stop = stop or request.action == "stop"
     return stop
 
 

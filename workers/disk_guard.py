@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from workers.records import DiskResumed, Record
 from workers.rundir import human_size
 from workers.trainer import StopTraining
 from workers.worker_spec import STATES
@@ -53,7 +54,7 @@ class DiskGuard:
         index: int,
         run_path: str,
         set_snapshot: Callable[..., None],
-        log: Callable[..., None],
+        log: Callable[[Record], None],
         stop_now: Callable[[], bool],
     ):
         """`index`: the worker named in what is printed. `set_snapshot`: writes snapshot fields,
@@ -83,9 +84,9 @@ class DiskGuard:
                 raise StopTraining
             time.sleep(0.05)
 
-    def resumed(self) -> None:
-        """Called between steps: if training had waited for space, writes succeed again; say
-        so, in the record too."""
+    def resumed(self, step: int) -> None:
+        """Called between steps (at agent step `step`): if training had waited for space,
+        writes succeed again; say so, in the record too."""
         if self._disk_paused is None:
             return
         since, err, path = self._disk_paused
@@ -97,7 +98,7 @@ class DiskGuard:
             f"{paused_s} s paused (writing {path} had failed: {err.strerror or err})"
         )
         print(message, file=sys.stderr)
-        self.log("disk_resumed", path=str(path), error=str(err), paused_s=paused_s)
+        self.log(DiskResumed(step=step, path=str(path), error=str(err), paused_s=paused_s))
 
     def check_run_dir(self) -> None:
         """Stop (RunDirGone) once the run directory was deleted or moved: writing on would

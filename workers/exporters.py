@@ -25,13 +25,12 @@ from urllib.parse import urlparse
 
 from agent.config import Config, to_dict
 from agent.errors import UserError
+from workers.records import Episode, Eval, KnobsApplied, Merge, Record, Train
 from workers.rundir import RunDir
 
 TB_DIR = "tb"
 WANDB_PROJECT = "tdmpc2-live"
 CSV_HEADER = "step,episode_reward\n"
-# Record fields that are not curves (the rest of a "train" record is losses and rates).
-_NOT_SCALARS = {"kind", "time", "step", "updates"}
 
 
 def warn(message: str) -> None:
@@ -54,38 +53,28 @@ def require_wandb() -> None:
         ) from None
 
 
-def _number(value: object) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) else None
-
-
-def scalars(record: dict) -> dict[str, float]:
+def scalars(record: Record) -> dict[str, float]:
     """The curves one metrics record holds, as TensorBoard tags (an empty dict for records
-    that hold none, such as checkpoints and stops)."""
-    kind, out = record.get("kind"), {}
-
-    def put(tag: str, value: object) -> None:
-        if (number := _number(value)) is not None:
-            out[tag] = number
-
-    if kind == "episode":
-        put("episode/return", record.get("ret"))
-        put("episode/length", record.get("length"))
-    elif kind == "eval":
-        put("eval/return", record.get("ret"))
-    elif kind == "train":
-        for name, value in record.items():
-            if name not in _NOT_SCALARS:
-                put(f"train/{name}", value)
-        put("train/updates", record.get("updates"))
-    elif kind == "merge":
-        put("merge/ms", record.get("merge_ms"))
-        put("merge/participants", len(record.get("participants", [])))
-        put("merge/left_out", len(record.get("left_out", {})))
-    elif kind == "knobs_applied":
-        for name, value in (record.get("values") or {}).items():
-            put(f"knobs/{name}", value)
-    return out
+    that hold none, such as checkpoints and stops; values that are not finite left out)."""
+    match record:
+        case Episode():
+            found = {"episode/return": record.ret, "episode/length": record.length}
+        case Eval():
+            found = {"eval/return": record.ret}
+        case Train():
+            found = {f"train/{name}": value for name, value in record.losses.items()}
+            found.update({"train/steps_per_s": record.steps_per_s, "train/updates": record.updates})
+        case Merge():
+            found = {
+                "merge/ms": record.merge_ms,
+                "merge/participants": len(record.participants),
+                "merge/left_out": len(record.left_out),
+            }
+        case KnobsApplied():
+            found = {f"knobs/{name}": value for name, value in record.values.items()}
+        case _:
+            found = {}
+    return {tag: float(v) for tag, v in found.items() if v is not None and math.isfinite(v)}
 
 
 class TensorBoardSink:
@@ -99,18 +88,17 @@ class TensorBoardSink:
         self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=10)
         self._writer.add_text("config", f"```\n{json.dumps(to_dict(cfg), indent=2)}\n```")
 
-    def write(self, record: dict) -> None:
+    def write(self, record: Record) -> None:
         values = scalars(record)
-        if record.get("kind") == "merge" and self.worker is not None:
-            distance = _number((record.get("distances") or {}).get(str(self.worker)))
-            if distance is not None:  # this worker's distance from the mean before the merge
-                values["merge/distance"] = distance
-        step = _number(record.get("step"))
-        if not values or step is None or self._writer is None:
+        if isinstance(record, Merge) and self.worker is not None:
+            distance = record.distances.get(self.worker)
+            if distance is not None and math.isfinite(distance):
+                values["merge/distance"] = distance  # this worker's, from the mean before
+        if not values or record.step is None or self._writer is None:
             return
-        env_step, wall = int(step) * self.action_repeat, _number(record.get("time"))
+        env_step = record.step * self.action_repeat
         for tag, value in values.items():
-            self._writer.add_scalar(tag, value, env_step, walltime=wall)
+            self._writer.add_scalar(tag, value, env_step, walltime=record.time)
 
     def close(self) -> None:
         if self._writer is not None:
@@ -128,11 +116,12 @@ class EvalCsvSink:
         if os.fstat(self._fd).st_size == 0:  # a resumed run appends below its header
             os.write(self._fd, CSV_HEADER.encode())
 
-    def write(self, record: dict) -> None:
-        step, ret = _number(record.get("step")), _number(record.get("ret"))
-        if record.get("kind") != "eval" or step is None or ret is None or self._fd is None:
+    def write(self, record: Record) -> None:
+        if not isinstance(record, Eval) or record.step is None or self._fd is None:
             return
-        os.write(self._fd, f"{int(step) * self.action_repeat},{ret!r}\n".encode())
+        if not math.isfinite(record.ret):
+            return
+        os.write(self._fd, f"{record.step * self.action_repeat},{record.ret!r}\n".encode())
 
     def close(self) -> None:
         if self._fd is not None:
@@ -180,10 +169,10 @@ class WandbSink:
         self._run.define_metric("env_step")
         self._run.define_metric("*", step_metric="env_step")
 
-    def write(self, record: dict) -> None:
-        values, step = scalars(record), _number(record.get("step"))
-        if values and step is not None and self._run is not None:
-            self._run.log({**values, "env_step": int(step) * self.action_repeat})
+    def write(self, record: Record) -> None:
+        values = scalars(record)
+        if values and record.step is not None and self._run is not None:
+            self._run.log({**values, "env_step": record.step * self.action_repeat})
 
     def close(self) -> None:
         if self._run is not None:

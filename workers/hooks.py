@@ -18,6 +18,16 @@ from workers.disk_guard import DiskGuard
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge_round import MergeRounds
 from workers.paths import checkpoint_path
+from workers.records import (
+    Checkpoint,
+    FirstUpdate,
+    KnobsApplied,
+    KnobsRefused,
+    Pause,
+    Pretraining,
+    Resume,
+    Seeding,
+)
 from workers.rundir import save_checkpoint, state_bytes
 from workers.trainer import StopTraining, Trainer
 from workers.worker_spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
@@ -51,7 +61,7 @@ class WorkerHooks:
         # The whole run stops, a worker leaves it, or the process was sent SIGTERM itself.
         self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
         self.parent = os.getppid()
-        self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer._log, self._stop_now)
+        self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer.log_all, self._stop_now)
         for member in trainer.members:
             member.run_dir.on_write_error = self.disk.wait_for_disk
         self.started, self.first_update_s = started or time.time(), None
@@ -111,7 +121,9 @@ class WorkerHooks:
             self.merge_every = merge_every
             self.last_round = self.trainer.step // merge_every
         self.knob_version = version
-        self.trainer._log("knobs_applied", version=version, values=dict(values))
+        self.trainer.log_all(
+            KnobsApplied(step=self.trainer.step, version=version, values=dict(values))
+        )
         self.set(knob_version=version)
 
     def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
@@ -128,15 +140,17 @@ class WorkerHooks:
             if version is not None
             else "knob record unreadable"
         )
-        self.trainer._log(
-            "knobs_refused",
-            version=version,
-            knob=knob,
-            value=value,
-            reason=reason,
-            in_force=in_force,
-            in_force_version=self.knob_version,
-            message=f"{what}: {reason}; {stays}",
+        self.trainer.log_all(
+            KnobsRefused(
+                step=self.trainer.step,
+                version=version,
+                knob=knob,
+                value=value,
+                reason=reason,
+                in_force=in_force,
+                in_force_version=self.knob_version,
+                message=f"{what}: {reason}; {stays}",
+            )
         )
 
     def checkpoint(self) -> None:
@@ -150,7 +164,7 @@ class WorkerHooks:
             data = state_bytes(state)
             # The previous one stays until this one is complete; a full disk: wait, retry.
             member.run_dir.guarded(path, len(data), lambda p=path, d=data: save_checkpoint(p, d))
-            member.log("checkpoint", self.trainer.step, path=str(path))
+            member.log(Checkpoint(step=self.trainer.step, path=str(path)))
 
     def _checkpoint_asked(self) -> bool:
         asked = any(event.is_set() for event in self.checkpoint_events)
@@ -170,12 +184,12 @@ class WorkerHooks:
         while self.pause_event.is_set() and not self._stopping():
             if not paused:  # recorded, so that a window attached to the run sees it
                 paused = True
-                self.trainer._log("pause")
+                self.trainer.log_all(Pause(step=self.trainer.step))
             self.set(state=STATES.index("paused"), heartbeat=time.time())
             time.sleep(0.05)
             self.apply_knobs()
         if paused:
-            self.trainer._log("resume")
+            self.trainer.log_all(Resume(step=self.trainer.step))
         if self._stop_now():
             raise StopTraining
 
@@ -192,29 +206,29 @@ class WorkerHooks:
             # With CUDA graphs this is when the compiling ended (once per pack).
             self.first_update_s = round(time.time() - self.started, 1)
             self.set(first_update_s=self.first_update_s)
-            trainer._log("first_update", seconds=self.first_update_s)
+            trainer.log_all(FirstUpdate(step=trainer.step, seconds=self.first_update_s))
         if trainer.pretrained:
             return  # training does few updates per agent step: the step hook is soon enough
         self.disk.check_run_dir()
-        self.disk.resumed()
+        self.disk.resumed(trainer.step)
         if self._checkpoint_asked():
             self.checkpoint()
         self.obey_pause_and_stop()
         self.set(state=STATES.index("pretraining"), updates=trainer.updates, heartbeat=time.time())
-        self._phase_record("pretraining", updates=trainer.updates)
+        self._phase_record(Pretraining(step=trainer.step, updates=trainer.updates))
 
-    def _phase_record(self, phase: str, **fields: object) -> None:
+    def _phase_record(self, record: Seeding | Pretraining) -> None:
         """Seeding and pretraining write no other records for minutes: say every few seconds
         that they go on, so that a window attached to the run shows them (and knows the
         worker is alive)."""
         now = time.monotonic()
         if now - self.last_phase_record >= PHASE_RECORD_S:
             self.last_phase_record = now
-            self.trainer._log(phase, **fields)
+            self.trainer.log_all(record)
 
     def __call__(self, trainer: Trainer) -> None:
         self.disk.check_run_dir()
-        self.disk.resumed()
+        self.disk.resumed(trainer.step)
         self.apply_knobs()
         round_ = trainer.step // self.merge_every
         if self.rounds is not None and round_ > self.last_round:
@@ -228,7 +242,7 @@ class WorkerHooks:
         self.obey_pause_and_stop()
         phase = "training" if trainer.pretrained else "seeding"
         if phase == "seeding":
-            self._phase_record(phase)
+            self._phase_record(Seeding(step=trainer.step))
         self.set(
             step=trainer.step,
             steps_per_s=trainer.progress.rate,

@@ -8,13 +8,14 @@ refused with a message naming the knob and its range, and the record stays as it
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
 from agent.knobs import KnobValues, knobs
+from workers.lines import parse_lines
+from workers.records import KnobChange, KnobRecord
 from workers.rundir import DirLock, atomic_write_json
 
 KNOBS = "knobs.json"
@@ -47,38 +48,32 @@ class KnobStore:
             self._write(0, values, values)
 
     def _write(self, version: int, values: dict, changes: dict) -> None:
-        atomic_write_json(self.path, {"version": version, "values": dict(values)})
-        record = {"version": version, "time": round(time.time(), 3), "changes": dict(changes)}
+        atomic_write_json(self.path, KnobRecord(version=version, values=dict(values)).to_json())
+        change = KnobChange(version=version, changes=dict(changes))
         with open(self.history, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(change.to_json()) + "\n")
 
     def read(self) -> tuple[int, dict]:
         try:
-            record = json.loads(self.path.read_text())
-            return int(record["version"]), dict(record["values"])
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            record = KnobRecord.from_json(json.loads(self.path.read_bytes()))
+        except (OSError, ValueError) as err:  # Malformed is a ValueError
             raise ConfigError(
                 f"the knob record {self.path} is missing or corrupt ({err})"
             ) from None
+        return record.version, record.values
 
     def history_values(self) -> tuple[int, dict] | None:
         """The newest version in knobs.jsonl (every version there was validated before it was
         written), or None; damaged lines are skipped."""
         try:
-            lines = self.history.read_bytes().splitlines()
+            data = self.history.read_bytes()
         except OSError:
             return None
-        version, values, self.history_skipped = None, {}, 0
-        for line in lines:
-            try:
-                record = json.loads(line)
-                number, changes = int(record["version"]), dict(record["changes"])
-            except (ValueError, KeyError, TypeError):
-                self.history_skipped += line.strip() != b""
-                continue
-            values.update(changes)
-            version = number
-        return None if version is None else (version, values)
+        changes, self.history_skipped = parse_lines(data, KnobChange)
+        values = {}
+        for change in changes:
+            values.update(change.changes)
+        return (changes[-1].version, values) if changes else None
 
     def last_good(self, cfg: Config) -> tuple[int, dict] | None:
         """The newest valid knob values: knobs.json if it reads and validates, else the newest

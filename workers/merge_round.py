@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from workers import records  # its MergeStopped is the record, merge's the exception
 from workers.merge import FileMergeBackend, MergeStopped
+from workers.records import Merge, MergeSkipped, Record
 from workers.trainer import StopTraining, Trainer
 from workers.worker_spec import STATES, WorkerSpec
 
@@ -49,7 +51,8 @@ class MergeRounds:
         start = time.perf_counter()
         pack = agent.pack_mean(self.merging)
         if pack is None:
-            self._log_merging("merge_skipped", round=round_, reason="own weights are not finite")
+            reason = "own weights are not finite"
+            self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
             return
         mean, good, bad = pack
         participants = [index_of[k] for k in good]
@@ -64,7 +67,7 @@ class MergeRounds:
                 )
             except MergeStopped:
                 # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
-                self._log_merging("merge_stopped", round=round_)
+                self._log_merging(records.MergeStopped(step=t.step, round=round_))
                 raise StopTraining from None
             merged, participants = result.merged, result.participants
             left_out.update(result.left_out)
@@ -82,20 +85,21 @@ class MergeRounds:
         distances = {**others_distances, **{index_of[k]: d for k, d in own_distances.items()}}
         if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
             self.merges += 1
-            self._log_merging(
-                "merge",
+            merge = Merge(
+                step=t.step,
                 round=round_,
-                participants=participants,
-                left_out={str(k): v for k, v in left_out.items()},
-                distances={str(w): round(d, 6) for w, d in sorted(distances.items())},
+                participants=tuple(participants),
+                left_out=dict(left_out),
+                distances={w: round(d, 6) for w, d in sorted(distances.items())},
                 merge_ms=round((time.perf_counter() - start) * 1000, 2),
             )
+            self._log_merging(merge)
         self.set(merges=self.merges)
 
-    def _log_merging(self, kind: str, **fields: object) -> None:
+    def _log_merging(self, record: Record) -> None:
         """A record for the workers that merge (a control worker in the pack does not)."""
         for k in self.merging:
-            self.trainer.members[k].log(kind, self.trainer.step, **fields)
+            self.trainer.members[k].log(record)
 
     def _guarded(self, write):
         """A merge file write, tried again while the disk is full (see DiskGuard.wait_for_disk)."""

@@ -9,7 +9,6 @@ is initialised by _init_monitor, the thread started by _start_monitor (after _ma
 
 from __future__ import annotations
 
-import json
 import multiprocessing.connection
 import shutil
 import signal
@@ -18,6 +17,7 @@ import time
 
 from workers.disk_guard import dir_identity
 from workers.paths import metrics_name
+from workers.records import Crashed, KnobsRefused, Resumed, parse_records
 from workers.records_tail import newest_error
 from workers.rundir import RunDir, human_size
 from workers.spawn import WorkerProcess
@@ -93,19 +93,14 @@ class WorkerMonitor:
                 continue
             end = data.rfind(b"\n") + 1
             self._scanned[index] = self._scanned.get(index, 0) + end
-            for line in data[:end].splitlines():
-                if b'"resumed"' in line:
-                    self._resumed(index, line)
-                if b'"knobs_refused"' not in line:
-                    continue
-                try:
-                    record = json.loads(line)
-                    key = (record.get("version"), record.get("reason"))
-                except (ValueError, AttributeError):
-                    continue
-                if key not in self._refusals_told:
-                    self._refusals_told.add(key)
-                    self._note(str(record.get("message")), in_record=True)
+            for record in parse_records(data[:end])[0]:  # damaged lines: the tail warns
+                if isinstance(record, Resumed):
+                    self._resumed(index, record)
+                elif isinstance(record, KnobsRefused):
+                    key = (record.version, record.reason)
+                    if key not in self._refusals_told:
+                        self._refusals_told.add(key)
+                        self._note(record.message, in_record=True)
 
     def _watch_disk(self) -> None:
         """Say when a worker pauses because a write failed for want of space, and when it
@@ -130,19 +125,11 @@ class WorkerMonitor:
                 if p.process.is_alive():
                     self._note(f"worker {index} writes again: training resumed")
 
-    def _resumed(self, index: int, line: bytes) -> None:
-        try:
-            record = json.loads(line)
-            step, fallback = record["step"], record.get("fallback")
-        except (ValueError, KeyError, TypeError):
-            return
-        if record.get("kind") != "resumed":
-            return
-        if fallback:  # also a record the window shows as an error
-            self._note(f"warning: {fallback}", in_record=True)
+    def _resumed(self, index: int, record: Resumed) -> None:
+        if record.fallback:  # also a record the window shows as an error
+            self._note(f"warning: {record.fallback}", in_record=True)
         else:
-            where = record.get("checkpoint", "its checkpoint")
-            self._note(f"worker {index} resumed from step {step} ({where})")
+            self._note(f"worker {index} resumed from step {record.step} ({record.checkpoint})")
 
     def check_run_dir(self) -> str | None:
         """Owner: once the run directory is deleted or moved, stop the workers (they write
@@ -220,7 +207,8 @@ class WorkerMonitor:
             self._down[index] = down
             self._write_members()
         self._note(message, in_record=True)
-        record = dict(
+        record = Crashed(
+            step=int(p.value("step")),
             message=message,
             exitcode=code,
             signal=signal.Signals(-code).name if code is not None and code < 0 else None,
@@ -230,7 +218,7 @@ class WorkerMonitor:
         )
         try:
             log = RunDir(self.path, metrics=metrics_name(index))
-            log.log("crashed", step=int(p.value("step")), **record)
+            log.log(record)
             log.close()
         except OSError as err:  # the directory itself may be gone: the notice still says it
             self._note(f"could not record worker {index}'s crash: {err}")

@@ -23,6 +23,7 @@ from agent.config import Config
 from agent.envs import DMControlEnv
 from workers.frame_buffer import FrameBuffer
 from workers.paths import PLAYER_LOG
+from workers.records import ShowcaseEpisode
 from workers.rundir import RunDir
 from workers.shown_weights import _ShownWeights
 from workers.signals import child_signals
@@ -205,12 +206,13 @@ def player_main(
                     break
             if done:
                 log.log(
-                    "showcase_episode",
-                    episode=episode,
-                    ret=total,
-                    weights_round=shown.round,
-                    source=shown.source,
-                    weights_step=shown.step,
+                    ShowcaseEpisode(
+                        episode=episode,
+                        ret=total,
+                        weights_round=shown.round,
+                        source=shown.source,
+                        weights_step=shown.step,
+                    )
                 )
             episode += 1
     finally:

@@ -1,26 +1,45 @@
 """Following the run directory's metrics records as they are appended.
 
 RecordTail reads each worker's file (and the showcase's) from where it stopped: the records are
-queued for Run.new_events, and each worker's latest values are kept (Seen) as an attached run's
-progress, since it has no shared snapshot of another process's workers.
+queued for Run.new_events (events all of them; of progress snapshots, the newest per worker and
+kind), and each worker's latest values are kept (Seen) as an attached run's progress, since it
+has no shared snapshot of another process's workers.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import numbers
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.lines import damaged_lines
 from workers.paths import PLAYER_LOG, metrics_name
-from workers.rundir import damaged_lines, parse_jsonl
+from workers.records import (
+    Checkpoint,
+    Crashed,
+    Episode,
+    Error,
+    FirstUpdate,
+    KnobsApplied,
+    KnobsRefused,
+    Merge,
+    Pause,
+    Pretraining,
+    Record,
+    Seeding,
+    Stop,
+    Train,
+    parse_records,
+)
 from workers.worker_spec import SNAPSHOT_FIELDS
 
 ATTACHED_IDLE_S = 60.0  # an attached run's worker with no record for this long shows as idle
-PENDING_MAX = 100_000  # records kept for new_events when only progress() is being called
+# Events kept for new_events when only progress() is being called (snapshots cannot pile up).
+PENDING_MAX = 100_000
+# Records that say nothing of whether a worker runs on, stopped or paused.
+_NEUTRAL = (Checkpoint, Error, KnobsRefused)
 
 
 @dataclass
@@ -40,46 +59,39 @@ class Seen:
     paused: bool = False  # a "pause" record came and no record of training since
     phase: str | None = None  # "seeding", "pretraining" or "training", from the newest records
 
-    def see(self, event: dict) -> None:
-        def number(key: str) -> float | None:
-            value = event.get(key)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return float(value) if ok else None
-
-        kind = event.get("kind")
-        if (step := number("step")) is not None:
-            self.step = step
-        if (when := number("time")) is not None:
-            self.heartbeat = max(self.heartbeat, when)
+    def see(self, record: Record) -> None:
+        if record.step is not None:
+            self.step = record.step
+        self.heartbeat = max(self.heartbeat, record.time)
         # A worker logs its checkpoint after its stop record; anything else means it runs again.
-        if kind not in ("stop", "checkpoint", "error", "knobs_refused"):
+        if not isinstance(record, (Stop, *_NEUTRAL)):
             self.ended = None
-        if kind not in ("pause", "checkpoint", "knobs_applied", "error", "knobs_refused"):
+        if not isinstance(record, (Pause, KnobsApplied, *_NEUTRAL)):
             self.paused = False
-        if kind == "episode" and (ret := number("ret")) is not None:
-            self.last_return = ret
-        if (updates := number("updates")) is not None:
-            self.updates = updates
-        if kind in ("seeding", "pretraining"):
-            self.phase = kind
-        elif kind == "train":
-            self.phase = "training"
-            rate = number("steps_per_s")
-            self.steps_per_s = self.steps_per_s if rate is None else rate
-        elif kind == "knobs_applied" and (version := number("version")) is not None:
-            self.knob_version = version
-        elif kind == "merge":
-            self.merges += 1
-        elif kind == "first_update" and (seconds := number("seconds")) is not None:
-            self.first_update_s = seconds
-        elif kind == "pause":
-            self.paused = True
-        elif kind == "stop":
-            self.ended = "done" if event.get("reason") == "done" else "stopped"
-        elif kind == "error" and "traceback" in event:  # the worker's own crash, not a refusal
-            self.ended = "crashed"
-        elif kind == "crashed":  # the owner saw the process die (kill -9 writes nothing)
-            self.ended = "crashed"
+        match record:
+            case Episode():
+                self.last_return = record.ret
+            case Seeding():
+                self.phase = "seeding"
+            case Pretraining():
+                self.phase, self.updates = "pretraining", record.updates
+            case Train():
+                self.phase, self.updates = "training", record.updates
+                self.steps_per_s = record.steps_per_s
+            case KnobsApplied():
+                self.knob_version = record.version
+            case Merge():
+                self.merges += 1
+            case FirstUpdate():
+                self.first_update_s = record.seconds
+            case Pause():
+                self.paused = True
+            case Stop():
+                self.ended = "done" if record.reason == "done" else "stopped"
+            case Error() if record.traceback is not None:  # the worker's crash, not a refusal
+                self.ended = "crashed"
+            case Crashed():  # the owner saw the process die (kill -9 writes nothing)
+                self.ended = "crashed"
 
     def progress(self, worker: int) -> dict:
         if self.ended is not None:
@@ -96,42 +108,25 @@ class Seen:
         return {"worker": worker, "state": state, "alive": alive, "exitcode": None, **values}
 
 
-def is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def tail_records(path: Path, size: int = 262_144) -> list[dict]:
+def tail_records(path: Path, size: int = 262_144) -> list[Record]:
     """The complete records in the last `size` bytes of a metrics file (damaged lines and
     a torn first or last line skipped)."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, f.seek(0, 2) - size))
-            lines = f.read().splitlines()
+            return parse_records(f.read())[0]
     except OSError:
         return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def newest_error(path: Path, since: float) -> str | None:
     """The message of the newest "error" record in a worker's metrics file written after
     `since` (a time.time()), or None."""
     for record in reversed(tail_records(path, 65536)):  # errors come last
-        if not is_number(record.get("time")) or record["time"] < since:
+        if record.time < since:
             return None
-        if record.get("kind") == "error":
-            return str(record.get("message", "")).splitlines()[0][:300] or None
+        if isinstance(record, Error):
+            return record.message.splitlines()[0][:300] if record.message else None
     return None
 
 
@@ -141,18 +136,21 @@ class RecordTail:
     def __init__(self, path: Path):
         self.path = path
         self._offsets: dict[str, int] = {}
-        self._pending: deque[dict] = deque(maxlen=PENDING_MAX)
+        self._events: deque[Record] = deque(maxlen=PENDING_MAX)
+        self._snapshots: dict[tuple, Record] = {}  # (worker, kind) -> newest not taken
         self._seen: dict[int, Seen] = {}
 
     def seen(self, index: int) -> Seen:
         """Worker `index`'s latest values as its records passed by."""
         return self._seen.setdefault(index, Seen())
 
-    def take(self) -> list[dict]:
-        """The records polled since the last take, oldest first."""
-        events = list(self._pending)
-        self._pending.clear()
-        return events
+    def take(self) -> list[Record]:
+        """The records polled since the last take: every event, oldest first, then the
+        newest progress snapshot of each worker and kind."""
+        records = [*self._events, *self._snapshots.values()]
+        self._events.clear()
+        self._snapshots.clear()
+        return records
 
     def poll(self, workers: int) -> list[str]:
         """Read what the first `workers` workers and the player appended: queued for take(),
@@ -169,12 +167,15 @@ class RecordTail:
                 data = f.read()
             end = data.rfind(b"\n") + 1  # a line still being written waits for the next call
             self._offsets[name] = self._offsets.get(name, 0) + end
-            records, skipped = parse_jsonl(data[:end])
+            records, skipped = parse_records(data[:end], index)
             if skipped:
                 warnings.append(f"warning: {self.path / name}: {damaged_lines(skipped)} skipped")
             for record in records:
-                event = {"worker": index, **record}
-                self._pending.append(event)
+                if record.LATEST_WINS:
+                    self._snapshots.pop((index, record.KIND), None)  # to the end: oldest first
+                    self._snapshots[(index, record.KIND)] = record
+                else:
+                    self._events.append(record)
                 if index != "player":
-                    self.seen(index).see(event)
+                    self.seen(index).see(record)
         return warnings

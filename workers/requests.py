@@ -10,28 +10,20 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
-from workers.rundir import DirLock, parse_jsonl
+from workers.lines import parse_lines
+from workers.records import Request
+from workers.rundir import DirLock
 
 REQUESTS = "requests.jsonl"
-ACTIONS = (
-    "pause",
-    "resume_training",
-    "checkpoint",
-    "stop",
-    "restart_worker",
-    "add_worker",
-    "remove_worker",
-)
 
 
-def describe(request: dict) -> str:
+def describe(request: Request) -> str:
     """One line for a served request: "remove worker 2: done", "pause: refused: ..."."""
-    worker = f" {request['worker']}" if "worker" in request else ""
-    outcome = f"refused: {request['error']}" if request.get("error") else "done"
-    return f"{request['action'].replace('_', ' ')}{worker}: {outcome}"
+    worker = "" if request.worker is None else f" {request.worker}"
+    outcome = f"refused: {request.error}" if request.error else "done"
+    return f"{request.action.replace('_', ' ')}{worker}: {outcome}"
 
 
 class RequestLog:
@@ -41,11 +33,10 @@ class RequestLog:
         self._offset = 0
         self.skipped = 0  # damaged lines passed over so far
 
-    def send(self, action: str, **args: int) -> None:
-        """Append one request for the owner (from another process)."""
-        if action not in ACTIONS:
-            raise ValueError(f"unknown request {action!r}")
-        line = json.dumps({"action": action, "time": round(time.time(), 3), **args}) + "\n"
+    def send(self, action: str, worker: int | None = None) -> None:
+        """Append one request for the owner (from another process); ValueError for an
+        action that is none."""
+        line = json.dumps(Request(action=action, worker=worker).to_json()) + "\n"
         with self.lock, open(self.path, "ab+") as f:
             if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
                 line = "\n" + line  # a torn line before (a sender died mid-line) stays apart
@@ -58,7 +49,7 @@ class RequestLog:
         except OSError:
             self._offset = 0
 
-    def receive(self) -> list[dict]:
+    def receive(self) -> list[Request]:
         """The requests appended since the last call, oldest first (malformed lines skipped)."""
         try:
             with open(self.path, "rb") as f:
@@ -68,6 +59,6 @@ class RequestLog:
             return []
         end = data.rfind(b"\n") + 1  # a line being written waits for the next call
         self._offset += end
-        records, skipped = parse_jsonl(data[:end])
+        requests, skipped = parse_lines(data[:end], Request)
         self.skipped += skipped
-        return [r for r in records if r.get("action") in ACTIONS]
+        return requests

@@ -28,12 +28,14 @@ from agent.errors import UserError
 from workers.attached import AttachedRun
 from workers.exporters import require_wandb
 from workers.knobs import validate_knobs
+from workers.lines import damaged_lines
 from workers.merge import merged_step, write_members
 from workers.monitor import WorkerMonitor
 from workers.paths import RUN, members_path
+from workers.records import Request
 from workers.run_base import BaseRun
 from workers.run_settings import RunSettings, default_pack, gpu_count, read_record, write_settings
-from workers.rundir import RunDir, damaged_lines
+from workers.rundir import RunDir
 from workers.spawn import WorkerProcess, spawn, worker_spec
 from workers.start import read_start_weights, write_start_weights
 from workers.worker_spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
@@ -231,7 +233,7 @@ class Run(WorkerMonitor, BaseRun):
             process.leave.set()
 
     # control ------------------------------------------------------------------------------
-    def serve_requests(self) -> list[dict]:
+    def serve_requests(self) -> list[Request]:
         """Apply what attached windows asked for since the last call; returns each request
         with "error" (the refusal, or None). A stop is left to the caller, which owns the
         process's lifetime: the command line exits, a window shows the run stopped."""
@@ -241,15 +243,15 @@ class Run(WorkerMonitor, BaseRun):
             damaged = damaged_lines(self.requests.skipped - skipped)
             self._note(f"warning: {self.requests.path}: {damaged} skipped")
         for request in received:
-            action, error = request["action"], None
+            action, error = request.action, None
             try:
                 if action in ("restart_worker", "remove_worker"):
-                    getattr(self, action)(int(request.get("worker", -1)))
+                    getattr(self, action)(-1 if request.worker is None else request.worker)
                 elif action != "stop":
                     getattr(self, action)()
             except (UserError, ValueError, TypeError) as err:
                 error = str(err)
-            served.append({**request, "error": error})
+            served.append(dataclasses.replace(request, error=error))
         return served
 
     def pause(self) -> None:

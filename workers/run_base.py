@@ -16,11 +16,12 @@ from pathlib import Path
 from agent.config import Config, knobs_of
 from agent.errors import ConfigError, UserError
 from workers.knobs import KnobStore, validate_knobs
+from workers.lines import damaged_lines
 from workers.paths import merged_path, metrics_name
-from workers.records_tail import RecordTail, is_int, tail_records
+from workers.records import KnobsApplied, KnobsRefused, Record
+from workers.records_tail import RecordTail, tail_records
 from workers.requests import RequestLog
 from workers.run_settings import RunSettings
-from workers.rundir import damaged_lines
 from workers.showcase import Showcase
 
 
@@ -195,13 +196,13 @@ class BaseRun(ABC):
         best = (-1, {**knobs_of(self.cfg), "merge_every": self.settings.merge_every})
         for index in self.settings.active:
             for record in reversed(tail_records(self.path / metrics_name(index))):
-                if record.get("kind") == "knobs_applied":
-                    found = (record.get("version"), record.get("values"))
-                elif record.get("kind") == "knobs_refused":
-                    found = (record.get("in_force_version"), record.get("in_force"))
+                if isinstance(record, KnobsApplied):
+                    found = (record.version, record.values)
+                elif isinstance(record, KnobsRefused):
+                    found = (record.in_force_version, record.in_force)
                 else:
                     continue
-                if is_int(found[0]) and isinstance(found[1], dict) and found[0] > best[0]:
+                if found[0] > best[0]:
                     try:
                         best = (found[0], validate_knobs(self.cfg, found[1]))
                     except ConfigError:
@@ -215,8 +216,9 @@ class BaseRun(ABC):
         return self.knobs.set(self.cfg, in_force=self._applied_values(), **changes)
 
     # reading ------------------------------------------------------------------------------
-    def new_events(self) -> list[dict]:
-        """Metrics records appended since the last call, from every worker's file."""
+    def new_events(self) -> list[Record]:
+        """Metrics records appended since the last call, from every worker's file (see
+        RecordTail.take)."""
         self._poll()
         return self._tail.take()
 

@@ -11,10 +11,8 @@ import contextlib
 import errno
 import io
 import json
-import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -23,9 +21,12 @@ import torch
 from filelock import FileLock
 
 from agent.errors import UserError, WeightsError
+from workers.lines import damaged_lines
 from workers.paths import CONFIG, METRICS, WEIGHTS
+from workers.records import Record, parse_records
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Record)
 
 
 class DirLock:
@@ -148,44 +149,10 @@ def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     return state
 
 
-def parse_jsonl(data: bytes) -> tuple[list[dict], int]:
-    """The JSON objects of JSON-lines `data`, and how many non-empty lines were skipped (a
-    torn line, garbage, a JSON value that is not an object)."""
-    records, skipped = [], 0
-    for line in data.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        elif line.strip():
-            skipped += 1
-    return records, skipped
-
-
-def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
-    """parse_jsonl of a whole file (OSError if it cannot be read)."""
-    return parse_jsonl(Path(path).read_bytes())
-
-
-def damaged_lines(count: int) -> str:
-    return f"{count} damaged line{'s' * (count != 1)} (torn, or not a JSON object)"
-
-
-def _clean(value: object) -> object:
-    """JSON-safe value: non-finite floats become None, tensors and numpy scalars plain floats."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 class Sink(Protocol):
     """Mirrors each logged record elsewhere (TensorBoard, CSV, ...: workers/exporters.py)."""
 
-    def write(self, record: dict) -> None: ...
+    def write(self, record: Record) -> None: ...
 
     def close(self) -> None: ...
 
@@ -231,11 +198,9 @@ class RunDir:
     def write_config(self, config: dict) -> None:
         atomic_write_json(self.path / CONFIG, config)
 
-    def log(self, kind: str, **fields: object) -> dict:
-        """Append one metrics record: {"kind", "time", ...fields}."""
-        record = {"kind": kind, "time": round(time.time(), 3)}
-        record.update({k: _clean(v) for k, v in fields.items()})
-        line = (json.dumps(record) + "\n").encode()
+    def log(self, record: R) -> R:
+        """Append one metrics record (a whole line), then hand it to the sinks."""
+        line = (json.dumps(record.to_json()) + "\n").encode()
         self.guarded(self.path / self.metrics_name, len(line), lambda: self._append(line))
         for sink in list(self.sinks):
             try:
@@ -270,16 +235,16 @@ class RunDir:
                 os.ftruncate(self._metrics_fd, before)
             raise
 
-    def read_metrics(self, kind: str | None = None) -> list[dict]:
-        """All complete metrics records; damaged lines (torn, not JSON) are skipped, with a
-        warning that says how many."""
+    def read_metrics(self, kind: type[R] = Record) -> list[R]:
+        """All complete metrics records (of one kind); damaged lines (torn, not a record) are
+        skipped, with a warning that says how many."""
         path = self.path / self.metrics_name
         if not path.exists():
             return []
-        records, skipped = read_jsonl(path)
+        records, skipped = parse_records(path.read_bytes())
         if skipped:
             print(f"warning: {path}: {damaged_lines(skipped)} skipped", file=sys.stderr)
-        return [r for r in records if kind is None or r.get("kind") == kind]
+        return [r for r in records if isinstance(r, kind)]
 
     @property
     def weights_path(self) -> Path:

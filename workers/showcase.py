@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import numbers
 from pathlib import Path
 
 from agent.agent import resolve_device
@@ -16,10 +17,13 @@ from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.frame_buffer import FrameBuffer
 from workers.player import PlayerSpec, ShowcaseControls, player_main, task_cameras
-from workers.records_tail import is_int
 from workers.signals import children_ignore_ctrl_c
 
 DEFAULT_SHARE = 0.07  # showcase CPU budget (cores) when training on the CPU
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class Showcase:

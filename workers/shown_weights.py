@@ -11,6 +11,7 @@ from pathlib import Path
 from agent.agent import TDMPC2
 from agent.errors import WeightsError
 from workers.paths import checkpoint_path, merge_dir, merged_path, start_path, weights_name
+from workers.records import Error
 from workers.rundir import RunDir, load_state
 
 
@@ -95,7 +96,7 @@ class _ShownWeights:
             self.agent.load_model_state(self.agent.checked_model_state(model), [0])
             self.round, self.step = round_, step
         except (WeightsError, KeyError, RuntimeError, TypeError, ValueError) as err:
-            self.log.log("error", message=f"showcase could not load {found[0]}: {err}")
+            self.log.log(Error(message=f"showcase could not load {found[0]}: {err}"))
             if switched:  # never show another source's weights under this source's name
                 self.agent.load_model_state(self.untrained, [0])
                 self.round, self.step = -1, -1

@@ -23,6 +23,7 @@ from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of, to_dict
 from agent.envs import make_env, make_vector_env
 from workers.progress import Progress
+from workers.records import Episode, Eval, Record, Stop, Train
 from workers.rundir import RunDir, save_state
 
 
@@ -120,9 +121,9 @@ class Member:
     episode_returns: list[float] = field(default_factory=list)
     eval_returns: list[tuple[int, float]] = field(default_factory=list)
 
-    def log(self, kind: str, step: int, **fields: object) -> None:
+    def log(self, record: Record) -> None:
         if self.run_dir is not None:
-            self.run_dir.log(kind, step=step, **fields)
+            self.run_dir.log(record)
 
 
 class Trainer:
@@ -251,10 +252,10 @@ class Trainer:
         self.step, self.pretrained = step, True
 
     # logging -----------------------------------------------------------------------
-    def _log(self, kind: str, **fields: object) -> None:
+    def log_all(self, record: Record) -> None:
         """The same record in every worker's metrics."""
         for m in self.members:
-            m.log(kind, self.step, **fields)
+            m.log(record)
 
     def _evaluate(self) -> None:
         episodes, before = self.cfg.eval_episodes, self.progress.phase_name
@@ -272,7 +273,7 @@ class Trainer:
         ):
             mean = float(np.mean(returns))
             m.eval_returns.append((self.step, mean))
-            m.log("eval", self.step, ret=mean, returns=[round(r, 3) for r in returns])
+            m.log(Eval(step=self.step, ret=mean, returns=tuple(round(r, 3) for r in returns)))
         self.progress.set(eval_return=float(np.mean([m.eval_returns[-1][1] for m in self.members])))
         self.progress.phase(before)
 
@@ -298,13 +299,8 @@ class Trainer:
             self._last_train_log = time.monotonic()
             for k, m in enumerate(self.members):
                 losses = {name: float(v.view(-1)[k]) for name, v in info.items()}
-                m.log(
-                    "train",
-                    self.step,
-                    updates=self.updates,
-                    steps_per_s=self.progress.rate,
-                    **losses,
-                )
+                rate = self.progress.rate
+                m.log(Train(step=self.step, updates=self.updates, steps_per_s=rate, losses=losses))
 
     # the loop ----------------------------------------------------------------------
     def run(self) -> dict:
@@ -333,7 +329,7 @@ class Trainer:
                 for k, m in enumerate(self.members):
                     if m.run_dir is not None:
                         save_state(m.run_dir.weights_path, self.agent.state_dict(k))
-                self._log("stop", reason="interrupted" if interrupted else "done")
+                self.log_all(Stop(step=self.step, reason="interrupted" if interrupted else "done"))
                 for m in self.members:
                     if m.run_dir is not None:
                         m.run_dir.close()
@@ -420,5 +416,5 @@ class Trainer:
         )
         ret = float(sum(ep.rewards))
         m.episode_returns.append(ret)
-        m.log("episode", self.step, ret=ret, length=len(ep.rewards), env=env_index)
+        m.log(Episode(step=self.step, ret=ret, length=len(ep.rewards), env=env_index))
         self.progress.set(episode_return=ret)

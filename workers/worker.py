@@ -23,6 +23,7 @@ from workers.disk_guard import dir_identity
 from workers.exporters import attach_exporters
 from workers.hooks import WorkerHooks
 from workers.paths import metrics_name, weights_name
+from workers.records import Error, RunDirGone
 from workers.rundir import RunDir
 from workers.signals import child_signals
 from workers.threads import apply_threads
@@ -116,7 +117,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
         if dir_identity(spec.run_path) != identity:  # whatever failed, this is the cause
             for run in runs:
                 if run._metrics_fd is not None:  # the open file moved with the directory
-                    run.log("run_dir_gone", message=gone)
+                    run.log(RunDirGone(message=gone))
             print(gone, file=sys.stderr)
             set_state("stopped")
             raise SystemExit(RUN_DIR_GONE) from None
@@ -130,7 +131,7 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
         for run in runs:
             run.on_write_error = None  # no waiting for space now: the error is told, or printed
             try:
-                run.log("error", message=message, traceback=traceback.format_exc())
+                run.log(Error(message=message, traceback=traceback.format_exc()))
             except OSError as log_err:
                 print(f"{who}: {message} (not recorded: {log_err})", file=sys.stderr)
         set_state("crashed")

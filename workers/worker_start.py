@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workers.paths import START, checkpoint_path, merged_path, start_path
+from workers.records import Resumed, StartedFresh, StartedFromMerged, StartedFromWeights
 from workers.rundir import load_checkpoint, load_state, previous_path
 from workers.trainer import Trainer
 from workers.worker_spec import WorkerSpec
@@ -31,13 +32,13 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int,
                 f"worker {spec.index}: {passed_over}; resumed from the previous checkpoint "
                 f"{used.name} at step {trainer.step}"
             )
-        run.log("resumed", step=trainer.step, checkpoint=used.name, fallback=fallback)
+        run.log(Resumed(step=trainer.step, checkpoint=used.name, fallback=fallback))
         if "merge_every" in state:  # older checkpoints kept no merge frequency
             return int(state.get("knob_version", -1)), int(state["merge_every"])
     elif spec.start_from_merged and merged_path(spec.run_path).exists():
         _load_networks(trainer, k, merged_path(spec.run_path))
         trainer.start_at(_join_step(spec, join))
-        run.log("started_from_merged", step=trainer.step)
+        run.log(StartedFromMerged(step=trainer.step))
     else:
         # Fresh: from the run's start weights where it has them (--load), in step with the
         # others when restarted before any merge.
@@ -47,9 +48,9 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int,
         start = start_path(spec.run_path)
         if start.exists():
             _load_networks(trainer, k, start)
-            run.log("started_from_weights", step=trainer.step, file=START)
+            run.log(StartedFromWeights(step=trainer.step, file=START))
         elif join_step > 0:
-            run.log("started_fresh", step=trainer.step)
+            run.log(StartedFresh(step=trainer.step))
     return None
 
 

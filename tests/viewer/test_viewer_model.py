@@ -13,6 +13,7 @@ from agent.published import PUBLISHED
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
 from viewer.series import Series, downsample, published_curve, smooth
+from workers.records import Episode, Error, Eval, KnobsApplied, Merge, Train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -72,28 +73,34 @@ def events_of_a_run():
     out = []
     for step in range(50, 501, 50):
         for w in (0, 1):
-            out.append(dict(kind="episode", worker=w, step=step, time=t + step, ret=step + w))
+            out.append(Episode(worker=w, step=step, time=t + step, ret=step + w, length=50))
     out += [
-        dict(kind="knobs_applied", worker=0, step=0, time=t, version=0, values={"horizon": 3}),
-        dict(kind="knobs_applied", worker=1, step=0, time=t, version=0, values={"horizon": 3}),
-        dict(kind="train", worker=0, step=200, time=t + 200, steps_per_s=9.5, total_loss=1.5),
-        dict(kind="train", worker=0, step=300, time=t + 300, steps_per_s=9.0, total_loss=math.nan),
-        dict(
-            kind="merge",
+        KnobsApplied(worker=0, step=0, time=t, version=0, values={"horizon": 3}),
+        KnobsApplied(worker=1, step=0, time=t, version=0, values={"horizon": 3}),
+        Train(
+            worker=0, step=200, time=t + 200, updates=1, steps_per_s=9.5, losses={"total_loss": 1.5}
+        ),
+        Train(
+            worker=0,
+            step=300,
+            time=t + 300,
+            updates=2,
+            steps_per_s=9.0,
+            losses={"total_loss": math.nan},
+        ),
+        Merge(
             worker=0,
             step=300,
             time=t + 301,
             round=3,
-            participants=[0],
-            left_out={"1": "weights not finite"},
-            distances={"0": 0.5},
+            participants=(0,),
+            left_out={1: "weights not finite"},
+            distances={0: 0.5},
         ),
-        dict(kind="merge", worker=1, step=300, time=t + 302, round=3, participants=[0, 1]),
-        dict(
-            kind="knobs_applied", worker=0, step=320, time=t + 320, version=1, values={"horizon": 5}
-        ),
-        dict(kind="eval", worker=0, step=400, time=t + 400, ret=321.0),
-        dict(kind="error", worker="player", step=0, time=t + 5, message="could not load"),
+        Merge(worker=1, step=300, time=t + 302, round=3, participants=(0, 1)),
+        KnobsApplied(worker=0, step=320, time=t + 320, version=1, values={"horizon": 5}),
+        Eval(worker=0, step=400, time=t + 400, ret=321.0),
+        Error(worker="player", step=0, time=t + 5, message="could not load"),
     ]
     return out
 
@@ -121,14 +128,13 @@ def test_worker_rows_show_left_out_and_crashed_workers():
     model = RunModel(workers=3, control_worker=2)
     model.ingest(
         [
-            dict(
-                kind="merge",
+            Merge(
                 worker=0,
                 step=10,
                 time=1.0,
                 round=1,
-                participants=[0],
-                left_out={"1": "timed out"},
+                participants=(0,),
+                left_out={1: "timed out"},
                 distances={},
             )
         ]
@@ -151,8 +157,7 @@ def test_knob_rows_are_pending_until_every_worker_applied_the_request():
     progress = [dict(worker=0), dict(worker=1)]
     model.ingest(
         [
-            dict(
-                kind="knobs_applied",
+            KnobsApplied(
                 worker=w,
                 step=1,
                 time=1.0,
@@ -167,8 +172,7 @@ def test_knob_rows_are_pending_until_every_worker_applied_the_request():
     assert not rows["iterations"].pending and rows["iterations"].applied_text == "now 6"
     model.ingest(
         [
-            dict(
-                kind="knobs_applied",
+            KnobsApplied(
                 worker=0,
                 step=2,
                 time=2.0,
@@ -181,8 +185,7 @@ def test_knob_rows_are_pending_until_every_worker_applied_the_request():
     assert row.pending and row.applied_text == "now 3/5 (applying...)"
     model.ingest(
         [
-            dict(
-                kind="knobs_applied",
+            KnobsApplied(
                 worker=1,
                 step=2,
                 time=2.0,

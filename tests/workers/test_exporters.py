@@ -14,6 +14,7 @@ from conftest import tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from workers.exporters import attach_exporters, scalars
+from workers.records import Checkpoint, Episode, Eval, Merge, Record, Stop, Train, record_from_json
 from workers.run import Run, RunSettings
 from workers.rundir import RunDir
 from workers.trainer import Trainer
@@ -45,9 +46,8 @@ def tensorboard_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     }
 
 
-def records(path: Path, kind: str) -> list[dict]:
-    lines = path.read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+def records(path: Path, kind: type[Record]) -> list[Record]:
+    return RunDir(path.parent, metrics=path.name).read_metrics(kind)
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict]]:
@@ -66,24 +66,24 @@ def test_headless_run_mirrors_returns_into_tensorboard_and_eval_csv(tmp_path):
     metrics = tmp_path / "run" / "metrics.jsonl"
     curves = tensorboard_scalars(tmp_path / "run" / "tb")
     repeat = cfg.action_repeat  # the x axis is env steps: agent steps x action repeat
-    episodes, evals = records(metrics, "episode"), records(metrics, "eval")
+    episodes, evals = records(metrics, Episode), records(metrics, Eval)
     assert len(episodes) == 4 and len(evals) == 2  # 200 steps of 50; evals at 100 and 200
     for tag, logged in (("episode/return", episodes), ("eval/return", evals)):
-        assert [s for s, _ in curves[tag]] == [r["step"] * repeat for r in logged]
+        assert [s for s, _ in curves[tag]] == [r.step * repeat for r in logged]
         # TensorBoard stores float32.
-        assert [v for _, v in curves[tag]] == pytest.approx([r["ret"] for r in logged], rel=1e-6)
-    train = records(metrics, "train")
+        assert [v for _, v in curves[tag]] == pytest.approx([r.ret for r in logged], rel=1e-6)
+    train = records(metrics, Train)
     assert train and len(curves["train/value_loss"]) == len(train)
     assert [v for _, v in curves["train/pi_loss"]] == pytest.approx(
-        [r["pi_loss"] for r in train], rel=1e-5
+        [r.losses["pi_loss"] for r in train], rel=1e-5
     )
     assert "train/steps_per_s" in curves and "train/updates" in curves
 
     # eval.csv: the authors' columns, step in env steps, one row per evaluation.
     header, rows = read_csv(tmp_path / "run" / "eval.csv")
     assert header == ["step", "episode_reward"]
-    assert [int(r["step"]) for r in rows] == [e["step"] * repeat for e in evals] == [200, 400]
-    assert [float(r["episode_reward"]) for r in rows] == [e["ret"] for e in evals]
+    assert [int(r["step"]) for r in rows] == [e.step * repeat for e in evals] == [200, 400]
+    assert [float(r["episode_reward"]) for r in rows] == [e.ret for e in evals]
 
 
 def test_unwritable_tensorboard_dir_warns_once_and_the_run_goes_on(tmp_path, capsys):
@@ -96,7 +96,7 @@ def test_unwritable_tensorboard_dir_warns_once_and_the_run_goes_on(tmp_path, cap
     assert len(lines) == 1 and lines[0].startswith("warning: cannot write TensorBoard"), lines
     assert "the run goes on" in lines[0]
     assert summary["steps"] == 100 and not summary["interrupted"]
-    assert records(tmp_path / "run" / "metrics.jsonl", "stop")[0]["reason"] == "done"
+    assert records(tmp_path / "run" / "metrics.jsonl", Stop)[0].reason == "done"
     _, rows = read_csv(tmp_path / "run" / "eval.csv")  # the other exporters still work
     assert [int(r["step"]) for r in rows] == [200]
 
@@ -116,21 +116,24 @@ def test_a_failing_sink_is_dropped_with_one_warning_and_logging_goes_on(tmp_path
     sink = DiskFull()
     run.sinks.append(sink)
     for step in range(3):
-        run.log("episode", step=step, ret=1.0)
+        run.log(Episode(step=step, ret=1.0, length=1))
     run.close()
     assert sink.writes == 1 and run.sinks == []
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "DiskFull stopped" in lines[0] and "No space" in lines[0]
-    assert len(run.read_metrics("episode")) == 3
+    assert len(run.read_metrics(Episode)) == 3
 
 
 def test_records_without_curves_export_nothing():
-    assert scalars({"kind": "checkpoint", "step": 5, "path": "x"}) == {}
-    assert scalars({"kind": "stop", "step": 5, "reason": "done"}) == {}
+    assert scalars(Checkpoint(step=5, path="x")) == {}
+    assert scalars(Stop(step=5, reason="done")) == {}
     # A non-finite loss is logged as null in the JSONL: no point, rather than a NaN spike.
-    assert scalars({"kind": "train", "step": 5, "value_loss": None, "pi_loss": 2}) == {
-        "train/pi_loss": 2.0
-    }
+    line = {"kind": "train", "step": 5, "updates": 3, "steps_per_s": 9.0}
+    train = record_from_json({**line, "losses": {"value_loss": None, "pi_loss": 2}})
+    assert scalars(train) == {"train/pi_loss": 2.0, "train/updates": 3.0, "train/steps_per_s": 9.0}
+    # A train record written before losses had a field of their own reads the same.
+    old = record_from_json({**line, "value_loss": None, "pi_loss": 2})
+    assert old.losses.keys() == {"value_loss", "pi_loss"} and scalars(old) == scalars(train)
 
 
 def test_workers_write_one_tensorboard_dir_and_eval_csv_each(tmp_path):
@@ -142,15 +145,15 @@ def test_workers_write_one_tensorboard_dir_and_eval_csv_each(tmp_path):
     for k in (0, 1):
         log = tmp_path / "run" / f"worker-{k}.jsonl"
         curves = tensorboard_scalars(tmp_path / "run" / "tb" / f"worker-{k}")
-        episodes, evals = records(log, "episode"), records(log, "eval")
-        assert [s for s, _ in curves["episode/return"]] == [2 * e["step"] for e in episodes]
-        assert [v for _, v in curves["eval/return"]] == pytest.approx([e["ret"] for e in evals])
-        merges = records(log, "merge")
+        episodes, evals = records(log, Episode), records(log, Eval)
+        assert [s for s, _ in curves["episode/return"]] == [2 * e.step for e in episodes]
+        assert [v for _, v in curves["eval/return"]] == pytest.approx([e.ret for e in evals])
+        merges = records(log, Merge)
         assert merges and len(curves["merge/ms"]) == len(merges)
         assert len(curves["merge/distance"]) == len(merges)
         _, rows = read_csv(tmp_path / "run" / f"eval-worker-{k}.csv")
         assert [(int(r["step"]), float(r["episode_reward"])) for r in rows] == [
-            (2 * e["step"], e["ret"]) for e in evals
+            (2 * e.step, e.ret) for e in evals
         ]
     # The choice is part of the run's settings, so a resumed run keeps it.
     assert json.loads((tmp_path / "run" / "run.json").read_text())["tensorboard"] is True

@@ -11,6 +11,7 @@ from conftest import tiny_run as tiny
 import workers.worker as worker_module
 from agent.errors import ConfigError, UserError
 from workers.cli import main
+from workers.records import Episode, Error, KnobsApplied, Merge, Resumed, Stop
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
 from workers.spawn import worker_spec
@@ -32,19 +33,17 @@ def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_pat
     version = run.set_knobs(horizon=2)
     run.wait()
     assert [w["state"] for w in run.progress()] == ["done"] * 3
-    applied = {
-        w: [e for e in events(run, "knobs_applied", w) if e["version"] == version] for w in (0, 1)
-    }
+    applied = {w: [e for e in events(run, KnobsApplied, w) if e.version == version] for w in (0, 1)}
     assert applied[0] and applied[1]
-    assert applied[0][0]["step"] == applied[1][0]["step"]  # both members at the same step
+    assert applied[0][0].step == applied[1][0].step  # both members at the same step
     for worker in (0, 1, 2):
-        merges = events(run, "merge", worker)
-        assert len(merges) >= 3 and all(m["participants"] == [0, 1, 2] for m in merges)
-    pack_merges = events(run, "merge", 0)
-    assert set(pack_merges[-1]["distances"]) == {"0", "1", "2"}  # every worker, the lone one too
+        merges = events(run, Merge, worker)
+        assert len(merges) >= 3 and all(m.participants == (0, 1, 2) for m in merges)
+    pack_merges = events(run, Merge, 0)
+    assert set(pack_merges[-1].distances) == {0, 1, 2}  # every worker, the lone one too
     # Each worker its own metrics, checkpoint and episodes.
     for worker in (0, 1, 2):
-        assert events(run, "episode", worker)
+        assert events(run, Episode, worker)
         assert (run.path / "checkpoints" / f"worker-{worker}.pt").exists()
 
     resumed = Run.resume(run.path, steps=500)
@@ -52,8 +51,8 @@ def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_pat
     resumed.start()
     resumed.wait()
     for worker in (0, 1, 2):
-        assert events(resumed, "resumed", worker)[0]["step"] == 400
-        assert events(resumed, "stop", worker)[-1]["step"] == 500
+        assert events(resumed, Resumed, worker)[0].step == 400
+        assert events(resumed, Stop, worker)[-1].step == 500
 
 
 def test_a_pack_merges_on_the_device_and_publishes_the_mean(tmp_path):
@@ -63,9 +62,9 @@ def test_a_pack_merges_on_the_device_and_publishes_the_mean(tmp_path):
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
     run.wait()
-    merges = events(run, "merge", 0)
-    assert [m["step"] for m in merges] == [100, 200]
-    assert merges[0]["distances"]["0"] > 0 and merges[0]["participants"] == [0, 1]
+    merges = events(run, Merge, 0)
+    assert [m.step for m in merges] == [100, 200]
+    assert merges[0].distances[0] > 0 and merges[0].participants == (0, 1)
     merged = load_state(run.path / "merge" / "merged.pt")
     assert merged["participants"] == [0, 1] and merged["step"] == 200
     finals = [load_state(run.path / f"worker-{w}.pt")["model"] for w in (0, 1)]
@@ -103,9 +102,9 @@ def test_the_control_worker_can_be_a_pack_member_the_mean_skips(tmp_path):
     assert run.settings.packs == [[0, 1, 2]] and run.settings.control_index == 2
     run.start()
     run.wait()
-    merges = events(run, "merge", 0)
-    assert [m["participants"] for m in merges] == [[0, 1], [0, 1]]
-    assert not events(run, "merge", 2)
+    merges = events(run, Merge, 0)
+    assert [m.participants for m in merges] == [(0, 1), (0, 1)]
+    assert not events(run, Merge, 2)
     finals = [load_state(run.path / f"worker-{w}.pt")["model"] for w in (0, 1, 2)]
     same = [all(torch.equal(finals[0][k], other[k]) for k in finals[0]) for other in finals[1:]]
     assert same == [True, False]  # 1 was merged with 0 at the last step; 2 never was
@@ -150,6 +149,6 @@ def test_a_pack_out_of_gpu_memory_exits_with_that_line_and_records_it(
     line = capsys.readouterr().err.strip()
     assert line.startswith("workers 0, 1 (a pack): a pack of 2 workers does not fit"), line
     for k in (0, 1):
-        errors = [e for e in events(run, "error") if e["worker"] == k]
-        assert len(errors) == 1 and "at most about" in errors[0]["message"]
+        errors = [e for e in events(run, Error) if e.worker == k]
+        assert len(errors) == 1 and "at most about" in errors[0].message
     assert [s[SNAPSHOT_FIELDS.index("state")] for s in snapshots] == [STATES.index("crashed")] * 2

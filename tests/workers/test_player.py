@@ -19,6 +19,7 @@ from agent.errors import ConfigError, UserError
 from workers.frame_buffer import FrameBuffer
 from workers.merge import FileMergeBackend
 from workers.player import Pace
+from workers.records import Checkpoint, KnobsApplied, Merge
 from workers.run import Run, RunSettings
 from workers.rundir import RunDir, load_state, save_state
 from workers.shown_weights import _ShownWeights, model_weights, weights_file
@@ -115,13 +116,13 @@ def test_attach_sees_events_progress_and_sets_knobs(live):
         timeout=60,
     )
     seen = attached.new_events()
-    assert {e["worker"] for e in seen} >= {0, 1} and {e["kind"] for e in seen} >= {"merge"}
+    assert {e.worker for e in seen} >= {0, 1} and any(isinstance(e, Merge) for e in seen)
     version = attached.set_knobs(horizon=2)
 
     def applied() -> bool:
         seen.extend(attached.new_events())
-        kinds = [(e["worker"], e["kind"], e.get("version")) for e in seen]
-        return all((w, "knobs_applied", version) in kinds for w in (0, 1))
+        applied = [(e.worker, e.version) for e in seen if isinstance(e, KnobsApplied)]
+        return all((w, version) in applied for w in (0, 1))
 
     assert wait_until(applied, timeout=60)
     assert [w["knob_version"] for w in attached.progress()] == [version, version]
@@ -134,7 +135,7 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
         attached.start()  # workers are started by the owner only
     attached.pause()
     served = live.serve_requests()  # the owner's loop (command line or window) does this
-    assert [(r["action"], r["error"]) for r in served] == [("pause", None)]
+    assert [(r.action, r.error) for r in served] == [("pause", None)]
     paused = lambda: [w["state"] for w in attached.progress()] == ["paused", "paused"]  # noqa: E731
     assert wait_until(paused, timeout=60), attached.progress()
     assert all(w["alive"] for w in attached.progress())
@@ -147,14 +148,14 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
     saved: set = set()
 
     def saved_by_both() -> bool:
-        saved.update(e["worker"] for e in attached.new_events() if e["kind"] == "checkpoint")
+        saved.update(e.worker for e in attached.new_events() if isinstance(e, Checkpoint))
         return saved == {0, 1}
 
     assert wait_until(saved_by_both, timeout=60), saved
     with pytest.raises(UserError, match="not in the run"):
         attached.remove_worker(7)  # checked here: nothing is sent
     attached.request_stop()
-    assert [r["action"] for r in live.serve_requests()] == ["stop"]  # the owner stops itself
+    assert [r.action for r in live.serve_requests()] == ["stop"]  # the owner stops itself
     attached.stop()  # only a local player (none here): the workers go on
     time.sleep(0.5)
     assert all(w["alive"] and w["state"] not in ("stopped", "done") for w in live.progress())

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 from conftest import events, wait_until
@@ -20,6 +21,16 @@ from viewer.model import RunModel
 from workers.cli import main
 from workers.knobs import KnobStore
 from workers.paths import checkpoint_path
+from workers.records import (
+    Crashed,
+    Episode,
+    KnobsApplied,
+    KnobsRefused,
+    Merge,
+    Resumed,
+    StartedFromMerged,
+    Stop,
+)
 from workers.requests import RequestLog
 from workers.run import Run, RunSettings
 from workers.rundir import (
@@ -41,12 +52,12 @@ def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, m
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
     try:
-        assert wait_until(lambda: len(events(run, "merge", 0)) >= 1, timeout=300)
+        assert wait_until(lambda: len(events(run, Merge, 0)) >= 1, timeout=300)
         os.kill(run._procs[1].process.pid, signal.SIGKILL)
-        assert wait_until(lambda: events(run, "crashed", 1), timeout=30)
-        crash = events(run, "crashed", 1)[0]
-        assert crash["signal"] == "SIGKILL" and not crash["final"]
-        assert "restarting it from the merged weights" in crash["message"]
+        assert wait_until(lambda: events(run, Crashed, 1), timeout=30)
+        crash = events(run, Crashed, 1)[0]
+        assert crash.signal == "SIGKILL" and not crash.final
+        assert "restarting it from the merged weights" in crash.message
         members = json.loads((run.path / "merge" / "members.json").read_text())
         assert members["workers"] == [0] or members["down"] == {}  # already back, or down
         notices = run.notices()
@@ -54,23 +65,22 @@ def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, m
 
         # The survivor's merges while worker 1 is down: nobody waited for it.
         def merges_without_1():
-            return [m for m in events(run, "merge", 0) if m["time"] > crash["time"]]
+            return [m for m in events(run, Merge, 0) if m.time > crash.time]
 
         assert wait_until(lambda: merges_without_1(), timeout=60)
         # Restarted from the merged weights, it takes part in merges again.
-        assert wait_until(lambda: events(run, "started_from_merged", 1), timeout=120)
-        restarted = events(run, "started_from_merged", 1)[0]
+        assert wait_until(lambda: events(run, StartedFromMerged, 1), timeout=120)
+        restarted = events(run, StartedFromMerged, 1)[0]
         assert wait_until(
             lambda: any(
-                m["participants"] == [0, 1] and m["time"] > restarted["time"]
-                for m in events(run, "merge", 0)
+                m.participants == (0, 1) and m.time > restarted.time for m in events(run, Merge, 0)
             ),
             timeout=300,
         ), "the restarted worker never merged again"
-        alone = [m for m in merges_without_1() if m["time"] < restarted["time"]]
-        assert alone and all(m["participants"] == [0] and "1" in m["left_out"] for m in alone)
-        print("merges while worker 1 was down:", [m["merge_ms"] for m in alone])
-        assert all(m["merge_ms"] < 1000 for m in alone), alone
+        alone = [m for m in merges_without_1() if m.time < restarted.time]
+        assert alone and all(m.participants == (0,) and 1 in m.left_out for m in alone)
+        print("merges while worker 1 was down:", [m.merge_ms for m in alone])
+        assert all(m.merge_ms < 1000 for m in alone), alone
         assert any("runs again" in n for n in run.notices())
     finally:
         run.stop()
@@ -89,12 +99,12 @@ def test_worker_that_keeps_dying_is_left_out_for_good(tmp_path):
         assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 20, timeout=300)
         first = run._procs[1].process.pid
         os.kill(first, signal.SIGKILL)
-        assert wait_until(lambda: len(events(run, "crashed", 1)) == 1, timeout=30)
+        assert wait_until(lambda: len(events(run, Crashed, 1)) == 1, timeout=30)
         assert wait_until(lambda: restarted(first), timeout=120)  # after the back-off
         os.kill(run._procs[1].process.pid, signal.SIGKILL)
-        assert wait_until(lambda: len(events(run, "crashed", 1)) == 2, timeout=30)
-        final = events(run, "crashed", 1)[-1]
-        assert final["final"] and "left out for good after 1 restart" in final["message"]
+        assert wait_until(lambda: len(events(run, Crashed, 1)) == 2, timeout=30)
+        final = events(run, Crashed, 1)[-1]
+        assert final.final and "left out for good after 1 restart" in final.message
         members = json.loads((run.path / "merge" / "members.json").read_text())
         assert members["workers"] == [0] and "left out for good" in members["down"]["1"]
         assert not run.restarting and run.progress()[1]["state"] == "crashed"
@@ -111,31 +121,31 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
     assert run.set_knobs(merge_every=100, horizon=2) == 1
     run.start()
     run.wait()
-    assert {m["round"] for m in events(run, "merge", 0)} == {1, 2}
+    assert {m.round for m in events(run, Merge, 0)} == {1, 2}
     (run.path / "knobs.json").write_text("{not json")
     (run.path / "knobs.jsonl").write_text("garbage\n")
 
     resumed = Run.resume(run.path, steps=400)
     resumed.start()
     resumed.wait()
-    resumed_at = events(resumed, "resumed", 0)[0]["time"]
-    later = [m for m in events(resumed, "merge", 0) if m["time"] > resumed_at]
-    assert sorted(m["round"] for m in later) == [3, 4]  # every 100 steps: 300, 400
-    assert all(m["participants"] == [0, 1] for m in later)
+    resumed_at = events(resumed, Resumed, 0)[0].time
+    later = [m for m in events(resumed, Merge, 0) if m.time > resumed_at]
+    assert sorted(m.round for m in later) == [3, 4]  # every 100 steps: 300, 400
+    assert all(m.participants == (0, 1) for m in later)
     for worker in (0, 1):
-        refused = events(resumed, "knobs_refused", worker)
+        refused = events(resumed, KnobsRefused, worker)
         assert len(refused) == 1, refused
-        assert refused[0]["in_force"]["merge_every"] == 100
-        assert refused[0]["in_force"]["horizon"] == 2
-        assert "knob record unreadable" in refused[0]["message"]
+        assert refused[0].in_force["merge_every"] == 100
+        assert refused[0].in_force["horizon"] == 2
+        assert "knob record unreadable" in refused[0].message
     told = resumed.notices()
     assert f"warning: {run.path / 'knobs.jsonl'}: 1 damaged line" in told[0]  # on resume
     told = [n for n in told if "knob record" in n]
     assert len(told) == 1 and "merge_every=100" in told[0], told  # once, not per worker
     # Setting a knob writes a good record again, from the values in force (the workers').
-    assert resumed.knob_values() == (1, {**refused[0]["in_force"]})
+    assert resumed.knob_values() == (1, {**refused[0].in_force})
     assert resumed.set_knobs(horizon=3) == 2
-    assert resumed.knobs.read() == (2, {**refused[0]["in_force"], "horizon": 3})
+    assert resumed.knobs.read() == (2, {**refused[0].in_force, "horizon": 3})
 
 
 def test_knob_store_falls_back_to_the_newest_good_version(tmp_path):
@@ -163,9 +173,8 @@ def test_knob_store_falls_back_to_the_newest_good_version(tmp_path):
 def test_window_shows_a_refused_knob_record_on_the_knob_panel():
     model = RunModel(2)
     in_force = {"horizon": 5, "merge_every": 100}
-    applied = dict(kind="knobs_applied", step=0, time=1.0, version=2, values=in_force)
-    refused = dict(
-        kind="knobs_refused",
+    applied = KnobsApplied(step=0, time=1.0, version=2, values=in_force)
+    refused = KnobsRefused(
         step=10,
         time=2.0,
         version=3,
@@ -175,9 +184,10 @@ def test_window_shows_a_refused_knob_record_on_the_knob_panel():
         in_force_version=2,
         message="knob record version 3 refused: horizon must be in [1, 16], got 99; "
         "horizon stays 5",
+        reason="horizon must be in [1, 16], got 99",
     )
-    model.ingest([{**applied, "worker": 0}, {**applied, "worker": 1}])
-    model.ingest([{**refused, "worker": 0}, {**refused, "worker": 1}])
+    model.ingest([replace(applied, worker=0), replace(applied, worker=1)])
+    model.ingest([replace(refused, worker=0), replace(refused, worker=1)])
     progress = [{"worker": 0}, {"worker": 1}]
     rows = {r.name: r for r in model.knob_rows({"horizon": 99, "merge_every": 100}, progress)}
     assert rows["horizon"].error == "refused 99; 5 stays"
@@ -185,16 +195,16 @@ def test_window_shows_a_refused_knob_record_on_the_knob_panel():
     assert rows["merge_every"].error is None and rows["merge_every"].applied_text == "now 100"
     assert model.error_count == 1 and "horizon stays 5" in model.errors[-1]  # told once
     # An unreadable record: every other knob says the last good values stay.
-    unreadable = {**refused, "version": None, "knob": None, "value": None, "worker": 0}
+    unreadable = replace(refused, version=None, knob=None, value=None, worker=0)
     model.ingest([unreadable])
     rows = {r.name: r for r in model.knob_rows({"horizon": 5, "merge_every": 100}, progress)}
     assert "last good values stay" in rows["merge_every"].applied_text
     assert rows["horizon"].error == "refused 99; 5 stays"
     # A newer good version applied clears the errors.
-    model.ingest([{**applied, "version": 4, "worker": 0}])
+    model.ingest([replace(applied, version=4, worker=0)])
     assert all(r.error is None for r in model.knob_rows({"horizon": 5}, progress))
     # A crash the run recorded reaches the status line and Log tab.
-    model.ingest([dict(kind="crashed", worker=1, step=5, time=3.0, message="worker 1 died")])
+    model.ingest([Crashed(worker=1, step=5, time=3.0, message="worker 1 died")])
     assert model.errors[-1] == "worker 1 died"
 
 
@@ -226,10 +236,10 @@ def test_resume_from_a_truncated_checkpoint_uses_the_previous_one(tmp_path):
     resumed = Run.resume(run.path, steps=300)
     resumed.start()
     resumed.wait()
-    record = events(resumed, "resumed", 0)[-1]
-    assert record["step"] == 150 and record["checkpoint"] == "worker-0.prev.pt"
-    assert "worker-0.pt" in record["fallback"] and "at step 150" in record["fallback"]
-    assert events(resumed, "stop", 0)[-1]["step"] == 300
+    record = events(resumed, Resumed, 0)[-1]
+    assert record.step == 150 and record.checkpoint == "worker-0.prev.pt"
+    assert "worker-0.pt" in record.fallback and "at step 150" in record.fallback
+    assert events(resumed, Stop, 0)[-1].step == 300
     told = [n for n in resumed.notices() if "previous checkpoint" in n]
     assert len(told) == 1 and told[0].startswith("warning: worker 0:"), told
     assert load_state(ckpt)["step"] == 300  # complete again
@@ -242,33 +252,27 @@ def _lines(path):
 def test_damaged_metrics_lines_are_skipped_with_a_warning(tmp_path, capsys):
     run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=1))
     log = run.path / "worker-0.jsonl"
-    good = [json.dumps({"kind": "episode", "time": 1.0, "step": s, "ret": 1.0}) for s in (50, 100)]
-    log.write_text(f"{good[0]}\nnot json at all\n[1, 2]\n{good[1]}\n" + '{"kind": "epi')
+    good = [json.dumps(Episode(time=1.0, step=s, ret=1.0, length=9).to_json()) for s in (50, 100)]
+    bad = json.dumps({"kind": "episode", "time": 1.0, "step": "x", "ret": 1.0, "length": 9})
+    log.write_text(f"{good[0]}\nnot json at all\n[1, 2]\n{bad}\n{good[1]}\n" + '{"kind": "epi')
     watcher = Run.attach(run.path)
-    assert [e["step"] for e in watcher.new_events()] == [50, 100]
-    assert watcher.notices() == [
-        f"warning: {log}: 2 damaged lines (torn, or not a JSON object) skipped"
-    ]
+    assert [e.step for e in watcher.new_events()] == [50, 100]
+    assert watcher.notices() == [f"warning: {log}: 3 damaged lines (torn, or not a record) skipped"]
     # A resumed worker's writer ends the torn line first: its records stay whole.
     writer = RunDir(run.path, metrics="worker-0.jsonl")
-    writer.log("episode", step=150, ret=2.0)
+    writer.log(Episode(step=150, ret=2.0, length=1))
     writer.close()
-    assert [e["step"] for e in watcher.new_events()] == [150]
+    assert [e.step for e in watcher.new_events()] == [150]
     assert "1 damaged line " in watcher.notices()[0]
-    assert len(writer.read_metrics("episode")) == 3
-    assert "3 damaged lines" in capsys.readouterr().err
-    # The window's model skips a record of the wrong shape, and says so.
-    model = RunModel(1)
-    bad = {"kind": "episode", "worker": 0, "step": "x", "ret": 1}
-    model.ingest([bad, {**json.loads(good[1]), "worker": 0}])
-    assert len(model.returns[0]) == 1 and "1 malformed record(s) skipped" in model.errors[-1]
+    assert len(writer.read_metrics(Episode)) == 3
+    assert "4 damaged lines" in capsys.readouterr().err
 
 
 def test_a_torn_request_line_loses_no_later_request(tmp_path):
     log = RequestLog(tmp_path)
     log.path.write_text('{"action": "pau')
     log.send("checkpoint")
-    assert [r["action"] for r in log.receive()] == ["checkpoint"] and log.skipped == 1
+    assert [r.action for r in log.receive()] == ["checkpoint"] and log.skipped == 1
 
 
 def test_damaged_run_records_are_one_clear_error_naming_the_file(tmp_path, capsys):
@@ -330,7 +334,7 @@ def test_a_run_directory_moved_away_mid_run_stops_the_workers(tmp_path):
 def test_a_full_disk_keeps_every_whole_line_and_retries_the_write(tmp_path, monkeypatch):
     # Injected at the write call: the first two appends are cut short by a full disk.
     run_dir = RunDir(tmp_path)
-    run_dir.log("episode", step=1, ret=1.0)
+    run_dir.log(Episode(step=1, ret=1.0, length=1))
     real_write, failures, waits = os.write, [2], []
 
     def full_disk_write(fd, data):
@@ -342,9 +346,9 @@ def test_a_full_disk_keeps_every_whole_line_and_retries_the_write(tmp_path, monk
 
     monkeypatch.setattr(workers.rundir.os, "write", full_disk_write)
     with pytest.raises(OSError, match="No space"):  # nobody waits for space: the error stands
-        run_dir.log("episode", step=2, ret=2.0)
+        run_dir.log(Episode(step=2, ret=2.0, length=1))
     run_dir.on_write_error = lambda err, path, size: waits.append((err.errno, path.name, size))
-    run_dir.log("episode", step=3, ret=3.0)
+    run_dir.log(Episode(step=3, ret=3.0, length=1))
     run_dir.close()
     assert waits and waits[0][:2] == (errno.ENOSPC, "metrics.jsonl") and waits[0][2] > 20
     lines = _lines(tmp_path / "metrics.jsonl")

@@ -12,6 +12,15 @@ from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError, UserError
 from workers.paths import checkpoint_path
+from workers.records import (
+    Episode,
+    KnobsApplied,
+    Merge,
+    Resumed,
+    ShowcaseEpisode,
+    StartedFromMerged,
+    Stop,
+)
 from workers.run import Run, RunSettings
 from workers.rundir import load_state
 
@@ -28,17 +37,17 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
     run.wait()
     assert [w["state"] for w in run.progress()] == ["done", "done"]
     for worker in (0, 1):
-        applied = [e for e in events(run, "knobs_applied", worker) if e["version"] == 1]
-        assert applied and applied[0]["values"]["horizon"] == 2
-        merges = events(run, "merge", worker)
-        assert len(merges) >= 3 and all(m["participants"] == [0, 1] for m in merges)
-        assert all(m["distances"]["0"] >= 0 for m in merges)
+        applied = [e for e in events(run, KnobsApplied, worker) if e.version == 1]
+        assert applied and applied[0].values["horizon"] == 2
+        merges = events(run, Merge, worker)
+        assert len(merges) >= 3 and all(m.participants == (0, 1) for m in merges)
+        assert all(m.distances[0] >= 0 for m in merges)
     history = [json.loads(line) for line in (run.path / "knobs.jsonl").read_text().splitlines()]
     assert [h["version"] for h in history] == [0, 1]
     assert history[1]["changes"] == {"horizon": 2, "merge_every": 120}
     assert all((run.path / "checkpoints" / f"worker-{w}.pt").exists() for w in (0, 1))
     reader_events = run.new_events()
-    assert {e["kind"] for e in reader_events} >= {"episode", "merge", "stop"}
+    assert {type(e) for e in reader_events} >= {Episode, Merge, Stop}
     assert run.new_events() == []
 
     # Resume continues from the checkpoints with the knobs in force.
@@ -46,8 +55,8 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
     resumed.start()
     resumed.wait()
     for worker in (0, 1):
-        assert events(resumed, "resumed", worker)[0]["step"] == 400
-        assert events(resumed, "stop", worker)[-1]["step"] == 500
+        assert events(resumed, Resumed, worker)[0].step == 400
+        assert events(resumed, Stop, worker)[-1].step == 500
 
 
 def test_killed_worker_is_left_out_and_can_restart(tmp_path):
@@ -63,14 +72,14 @@ def test_killed_worker_is_left_out_and_can_restart(tmp_path):
     assert run.dead_workers() == [1] and run.dead_workers() == []
     # Worker 0 goes on and merges without the dead one (after the bounded wait).
     assert wait_until(
-        lambda: any(m["participants"] == [0] for m in events(run, "merge", 0)), timeout=120
+        lambda: any(m.participants == (0,) for m in events(run, Merge, 0)), timeout=120
     )
     run.restart_worker(1)
     assert wait_until(lambda: run.progress()[1]["state"] in ("seeding", "training"), timeout=60)
     run.stop()
-    restarted = events(run, "started_from_merged", 1)
+    restarted = events(run, StartedFromMerged, 1)
     # It counts on from the step of the worker that kept going, so their merge rounds line up.
-    assert restarted and victim["step"] > 0 and restarted[0]["step"] >= 120
+    assert restarted and victim["step"] > 0 and restarted[0].step >= 120
     lines = (run.path / "worker-1.jsonl").read_text().splitlines()
     assert all(json.loads(line) for line in lines), "a metrics line was half-written"
 
@@ -99,7 +108,7 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
     assert info["weights_round"] >= 1
     assert wait_until(
         lambda: any(
-            e["kind"] == "showcase_episode" for e in run.new_events() if e["worker"] == "player"
+            isinstance(e, ShowcaseEpisode) for e in run.new_events() if e.worker == "player"
         ),
         timeout=120,
     )
@@ -181,11 +190,11 @@ def test_add_and_remove_workers_mid_run(tmp_path):
     assert run.add_worker() == 2
     assert json.loads((run.path / "run.json").read_text())["workers"] == 3
     assert len(watcher.progress()) == 3
-    joined = lambda: events(run, "started_from_merged", 2)  # noqa: E731
+    joined = lambda: events(run, StartedFromMerged, 2)  # noqa: E731
     assert wait_until(lambda: joined(), timeout=120)
-    assert joined()[0]["step"] >= slowest, "the new worker counts on from the others' step"
+    assert joined()[0].step >= slowest, "the new worker counts on from the others' step"
     assert wait_until(
-        lambda: any(m["participants"] == [0, 1, 2] for m in events(run, "merge", 0)), timeout=240
+        lambda: any(m.participants == (0, 1, 2) for m in events(run, Merge, 0)), timeout=240
     ), "the added worker never took part in a merge"
 
     run.remove_worker(0)
@@ -195,9 +204,9 @@ def test_add_and_remove_workers_mid_run(tmp_path):
     run.wait()
     # Rounds after worker 0's last one (a record's time is when its merge ended, so worker 1's
     # record of the round worker 0 took part in may come after worker 0 left).
-    last_round_of_0 = max(m["round"] for m in events(run, "merge", 0))
-    later = [m for m in events(run, "merge", 1) if m["round"] > last_round_of_0]
-    wrong = [m for m in later if m["participants"] != [1, 2] or "0" in m["left_out"]]
+    last_round_of_0 = max(m.round for m in events(run, Merge, 0))
+    later = [m for m in events(run, Merge, 1) if m.round > last_round_of_0]
+    wrong = [m for m in later if m.participants != (1, 2) or 0 in m.left_out]
     assert later and not wrong, wrong
     assert [w["state"] for w in run.progress()] == ["removed", "done", "done"]
     assert [w["state"] for w in watcher.progress()] == ["removed", "done", "done"]

@@ -10,6 +10,7 @@ from conftest import tiny_run
 from agent.agent import TDMPC2
 from agent.errors import WeightsError
 from workers.paths import start_path
+from workers.records import StartedFromWeights
 from workers.run import Run, RunSettings
 from workers.rundir import RunDir, load_state, save_state
 from workers.shown_weights import weights_file
@@ -72,7 +73,7 @@ def test_every_fresh_worker_starts_from_the_run_start_weights(tmp_path):
         trainer.members[0].run_dir = log = RunDir.create(tmp_path / f"log-{index}")
         assert start_worker(spec, trainer, 0, None) is None
         assert_same_networks(trainer.agent.model_state(0), agent.model_state(0))
-        assert [r["kind"] for r in log.read_metrics()] == ["started_from_weights"]
+        assert [type(r) for r in log.read_metrics()] == [StartedFromWeights]
     stored = load_state(start_path(run.path))
     assert stored["source"] == str(tmp_path / "w.pt")
 

@@ -1,5 +1,6 @@
 """The training loop in-process: update ratio with vectorised envs, run directory contents."""
 
+from workers.records import Episode, Eval
 from workers.rundir import RunDir, load_state
 from workers.trainer import Trainer
 
@@ -22,18 +23,18 @@ def test_vectorised_training_keeps_the_update_ratio(tiny_cfg, tmp_path):
     assert summary["steps"] == 120
     # 40 pretraining updates at step 40, then 2 env steps per vector step at 1 update per 4.
     assert summary["updates"] == 40 + (120 - 40) // 4
-    episodes = RunDir(tmp_path / "run").read_metrics("episode")
-    assert sorted({e["env"] for e in episodes}) == [0, 1]
-    assert len(episodes) == 120 // 20 and all(e["length"] == 20 for e in episodes)
-    assert [e["step"] for e in RunDir(tmp_path / "run").read_metrics("eval")] == [60, 120]
+    episodes = RunDir(tmp_path / "run").read_metrics(Episode)
+    assert sorted({e.env for e in episodes}) == [0, 1]
+    assert len(episodes) == 120 // 20 and all(e.length == 20 for e in episodes)
+    assert [e.step for e in RunDir(tmp_path / "run").read_metrics(Eval)] == [60, 120]
     state = load_state(run.weights_path)
     assert state["format"] == "tdmpc2-live/agent/1"
 
 
 def test_torn_metrics_line_is_skipped(tmp_path):
     run = RunDir.create(tmp_path / "run")
-    run.log("episode", step=1, ret=2.0)
+    run.log(Episode(step=1, ret=2.0, length=1))
     run.close()
     with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
         f.write('{"kind": "episode", "st')
-    assert [r["ret"] for r in RunDir(tmp_path / "run").read_metrics()] == [2.0]
+    assert [r.ret for r in RunDir(tmp_path / "run").read_metrics()] == [2.0]
