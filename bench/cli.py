@@ -21,8 +21,8 @@ from bench.run import (
     merge_optimiser_benchmark,
 )
 from bench.speed import print_table, speed_benchmark
-from workers.cli import config_from_args, default_run_dir
 from workers.flags import CliParser, add_common_flags, add_config_flags
+from workers.start import config_from_args, default_run_dir
 from workers.threads import apply_threads, check_threads
 
 BENCH_EPILOG = """examples:
@@ -58,6 +58,12 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning", action="store_true", help="learning curve vs published")
     parser.add_argument(
         "--merge", type=int, default=0, metavar="N", help="time a merge of N workers"
+    )
+    parser.add_argument(
+        "--merge-ranks",
+        default="",
+        metavar="2,4",
+        help="a merge through files against a gloo all-reduce among that many ranks",
     )
     parser.add_argument("--live", type=int, default=0, metavar="N", help="knob lag, player cost")
     parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
@@ -125,6 +131,13 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
             cfg, packs, args.repeats, args.warmup, args.threads, processes=not args.pack_only
         )
         print(json.dumps(result) if args.json else format_pack(result))
+        return 0
+    if args.merge_ranks:
+        from bench.distributed import distributed_merge_benchmark, format_distributed
+
+        ranks = [int(n) for n in args.merge_ranks.split(",")]
+        result = distributed_merge_benchmark(cfg, ranks, args.repeats)
+        print(json.dumps(result) if args.json else format_distributed(result))
         return 0
     if args.merge:
         result = merge_benchmark(cfg, args.merge, args.repeats)

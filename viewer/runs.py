@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.cli import config_from_args, default_run_dir, demo_requested
+from workers.cli import demo_requested
 from workers.presets import (
     CPU_DEMO_OVERRIDES,
     Preset,
@@ -19,7 +19,13 @@ from workers.presets import (
     preset_config,
 )
 from workers.run import Run, RunSettings
-from workers.start import check_run_flags, read_start_weights, settings_from_args
+from workers.start import (
+    check_run_flags,
+    config_from_args,
+    default_run_dir,
+    read_start_weights,
+    settings_from_args,
+)
 
 
 def initial_run(args: argparse.Namespace) -> Callable[[], Run]:

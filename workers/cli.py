@@ -1,5 +1,6 @@
-"""Headless training from launch.py's command line: the config the flags ask for, a run of its
-workers with a progress line, and the exit code. The flags themselves are in flags.py."""
+"""Headless training from launch.py's command line: a run of its workers with a progress line,
+and the exit code (a rank of a torchrun job: workers/distributed.py). The flags are in
+flags.py, the config and settings they make in start.py."""
 
 from __future__ import annotations
 
@@ -7,14 +8,10 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields, replace
-from pathlib import Path
+from dataclasses import replace
 
-from agent.config import Config, make_config
-from agent.envs import resolve_task
 from agent.errors import UserError
-from workers.flags import _SPECIAL, DEFAULT_SIZE, DEFAULT_TASK, build_parser
-from workers.presets import Preset, preset_config
+from workers.flags import build_parser
 from workers.signals import StopSignals
 from workers.threads import check_threads, choose_threads
 
@@ -22,30 +19,6 @@ from workers.threads import check_threads, choose_threads
 def demo_requested(args: argparse.Namespace) -> bool:
     """Neither a task nor a model size given: the window starts its demo preset."""
     return args.task is None and args.model_size is None
-
-
-def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> Config:
-    """The config the flags ask for: defaults (walker-walk, 5M) or `preset`, flags on top."""
-    overrides = {
-        f.name: getattr(args, f.name)
-        for f in fields(Config)
-        if f.name not in _SPECIAL and getattr(args, f.name, None) is not None
-    }
-    overrides.update(seed=args.seed, device=args.device)
-    if getattr(args, "steps", None) is not None:
-        overrides["steps"] = args.steps
-    if preset is not None:
-        cfg = preset_config(preset, **overrides)
-    else:
-        cfg = make_config(
-            args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
-        )
-        resolve_task(cfg.task)  # an unknown name fails now (preset_config checks its own)
-    return cfg
-
-
-def default_run_dir(task: str) -> Path:
-    return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
@@ -59,7 +32,7 @@ def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
 def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
     from workers.progress import WorkersProgress
     from workers.run import Run
-    from workers.start import settings_from_args
+    from workers.start import config_from_args, default_run_dir, settings_from_args
     from workers.trainer import steps_warning
     from workers.worker import DOES_NOT_FIT
 
@@ -115,24 +88,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         return 1
     if any(w["exitcode"] == DOES_NOT_FIT for w in run.progress()):
         return 1  # said above (the worker's line): the run cannot go on as it is
-    print(f"{_summary(run, interrupted)}; continue with --resume {run.path}", file=sys.stderr)
+    print(f"{run.summary(interrupted)}; continue with --resume {run.path}", file=sys.stderr)
     return _exit_code(interrupted, stops)
-
-
-def _summary(run, interrupted: bool) -> str:
-    """Where the run got to: its workers' step, their mean last evaluation return, the run."""
-    from workers.paths import metrics_name
-    from workers.records import Eval
-    from workers.records_tail import tail_records
-
-    steps = [w["step"] for w in run.progress()]
-    evals = []
-    for k in run.settings.active:
-        records = tail_records(run.path / metrics_name(k))
-        evals += [r.ret for r in records if isinstance(r, Eval)][-1:]
-    last = f", mean last eval return {sum(evals) / len(evals):.1f}" if evals else ""
-    word = "stopped" if interrupted else "finished"
-    return f"{word} at step {int(min(steps, default=0))}{last}; run directory {run.path}"
 
 
 def _serve_requests(run, say: Callable[[str], None]) -> bool:
@@ -159,6 +116,10 @@ def main(argv: list[str]) -> int:
         from workers.start import check_run_flags
 
         check_run_flags(args)
+        from workers.distributed import run_rank, torchrun_rank
+
+        if torchrun_rank() is not None:  # started by torchrun: this is one rank of a job
+            return run_rank(args)
         return run_workers(args, stops)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -12,6 +12,8 @@ import math
 import os
 import time
 
+import torch.distributed as dist
+
 from agent.config import knobs_of
 from agent.errors import ConfigError
 from workers.disk_guard import DiskGuard
@@ -77,10 +79,22 @@ class WorkerHooks:
         self.last_round = trainer.step // self.merge_every
         self.last_phase_record = -math.inf
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
+        if spec.distributed:
+            self._shared_knobs()
+            return
         good = self.knobs.last_good(trainer.agent.cfg)  # knobs.json, or its history if damaged
         if good is not None and good[0] > self.knob_version:
             self.apply_knobs(good)
         self.apply_knobs()
+
+    def _shared_knobs(self) -> None:
+        """A rank of a torchrun job takes rank 0's knob record, at the start and at every merge
+        round, so that every rank applies a version at the same step (when the rounds fall
+        depends on merge_every: the ranks must agree on it)."""
+        record = [self.knobs.last_good(self.trainer.agent.cfg) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(record, src=0)
+        if record[0] is not None and record[0][0] > self.knob_version:
+            self.apply_knobs(record[0])
 
     def set(self, **values: float) -> None:
         """The same values in every worker's snapshot."""
@@ -187,7 +201,8 @@ class WorkerHooks:
                 self.trainer.log_all(Pause(step=self.trainer.step))
             self.set(state=STATES.index("paused"), heartbeat=time.time())
             time.sleep(0.05)
-            self.apply_knobs()
+            if not self.spec.distributed:  # a rank applies knobs at merge rounds only
+                self.apply_knobs()
         if paused:
             self.trainer.log_all(Resume(step=self.trainer.step))
         if self._stop_now():
@@ -229,11 +244,14 @@ class WorkerHooks:
     def __call__(self, trainer: Trainer) -> None:
         self.disk.check_run_dir()
         self.disk.resumed(trainer.step)
-        self.apply_knobs()
+        if not self.spec.distributed:
+            self.apply_knobs()
         round_ = trainer.step // self.merge_every
         if self.rounds is not None and round_ > self.last_round:
             self.rounds.merge(round_)
             self.last_round = round_
+            if self.spec.distributed:
+                self._shared_knobs()
         if self._checkpoint_asked() or trainer.step >= self.next_checkpoint:
             self.checkpoint()
             self.next_checkpoint = (

@@ -97,6 +97,7 @@ class MergeResult:
     participants: list[int]
     left_out: dict[int, str] = field(default_factory=dict)
     distances: dict[int, float] = field(default_factory=dict)
+    step: int | None = None  # the largest agent step among the participants, when known
 
 
 def write_members(

@@ -10,8 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import torch.distributed as dist
+
 from workers import records  # its MergeStopped is the record, merge's the exception
+from workers.distributed_merge import DistributedMergeBackend
 from workers.merge import FileMergeBackend, MergeStopped
+from workers.rank_records import forward_records
 from workers.records import Merge, MergeSkipped, Record
 from workers.trainer import StopTraining, Trainer
 from workers.worker_spec import STATES, WorkerSpec
@@ -37,6 +41,13 @@ class MergeRounds:
         self.backend = FileMergeBackend(
             spec.run_path, list(merge_with), spec.merge_timeout_s, stop=stopping
         )
+        # A rank of a torchrun job merges with the other ranks in a collective; the file
+        # backend then only publishes the merged weights (rank 0: for the showcase).
+        self.collective = (
+            DistributedMergeBackend(list(merge_with), max(merge_with) + 1, trainer.agent.device)
+            if spec.distributed
+            else None
+        )
         self.merges = 0
 
     def merge(self, round_: int) -> None:
@@ -50,14 +61,31 @@ class MergeRounds:
         self.set(state=STATES.index("merging"))
         start = time.perf_counter()
         pack = agent.pack_mean(self.merging)
-        if pack is None:
+        if pack is None and self.collective is None:
             reason = "own weights are not finite"
             self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
             return
-        mean, good, bad = pack
+        if pack is None:  # every rank takes part in the collective: this one with nothing
+            shapes = agent.model_state(self.merging[0])
+            mean = {k: v for k, v in shapes.items() if v.is_floating_point()}
+            good, bad = [], {k: "non-finite weights" for k in self.merging}
+        else:
+            mean, good, bad = pack
         participants = [index_of[k] for k in good]
         left_out = {index_of[k]: why for k, why in bad.items()}
-        if others or self.backend.down:
+        if self.collective is not None:
+            result = self.collective.merge(round_, mean, tuple(participants), t.step)
+            merged, participants = result.merged, result.participants
+            left_out.update(result.left_out)
+            others_distances = {w: d for w, d in result.distances.items() if w not in own}
+            if dist.get_rank() == 0:
+                published = {k: v.detach().cpu() for k, v in merged.items()}
+                self._guarded(
+                    lambda: self.backend.publish_merged(
+                        round_, published, participants, result.step
+                    )
+                )
+        elif others or self.backend.down:
             state = {k: v.detach().cpu() for k, v in mean.items()}
             try:
                 result = self._guarded(
@@ -95,6 +123,9 @@ class MergeRounds:
             )
             self._log_merging(merge)
         self.set(merges=self.merges)
+        if self.collective is not None:  # the other ranks' records reach rank 0's directory
+            every = [sp.index for sp in self.specs]
+            forward_records(self.specs[0].job_path, every, self.collective.workers)
 
     def _log_merging(self, record: Record) -> None:
         """A record for the workers that merge (a control worker in the pack does not)."""

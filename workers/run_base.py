@@ -18,7 +18,7 @@ from agent.errors import ConfigError, UserError
 from workers.knobs import KnobStore, validate_knobs
 from workers.lines import damaged_lines
 from workers.paths import merged_path, metrics_name
-from workers.records import KnobsApplied, KnobsRefused, Record
+from workers.records import Eval, KnobsApplied, KnobsRefused, Record
 from workers.records_tail import RecordTail, tail_records
 from workers.requests import RequestLog
 from workers.run_settings import RunSettings
@@ -214,6 +214,17 @@ class BaseRun(ABC):
         """Validate and publish new knob values; returns the new version (error: unchanged).
         A damaged knob record is replaced, from the values in force."""
         return self.knobs.set(self.cfg, in_force=self._applied_values(), **changes)
+
+    def summary(self, interrupted: bool) -> str:
+        """Where the run got to: its workers' step, their mean last evaluation return."""
+        steps = [w["step"] for w in self.progress()]
+        evals = []
+        for k in self.settings.active:
+            records = tail_records(self.path / metrics_name(k))
+            evals += [r.ret for r in records if isinstance(r, Eval)][-1:]
+        last = f", mean last eval return {sum(evals) / len(evals):.1f}" if evals else ""
+        word = "stopped" if interrupted else "finished"
+        return f"{word} at step {int(min(steps, default=0))}{last}; run directory {self.path}"
 
     # reading ------------------------------------------------------------------------------
     def new_events(self) -> list[Record]:

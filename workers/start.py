@@ -1,23 +1,52 @@
-"""How a new run starts, written once for the command line and the window: its settings from the
-flags, and the weights it may start from (--load), checked before anything is written."""
+"""How a new run starts, written once for the command line, the window and a torchrun job: its
+config and settings from the flags, and the weights it may start from (--load), checked before
+anything is written."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
+from dataclasses import fields
 from pathlib import Path
 
 import torch
 
 from agent.agent import TDMPC2
-from agent.config import Config
-from agent.envs import make_env
+from agent.config import Config, make_config
+from agent.envs import make_env, resolve_task
 from agent.errors import UserError, WeightsError
+from workers.flags import _SPECIAL, DEFAULT_SIZE, DEFAULT_TASK
 from workers.paths import start_path
+from workers.presets import Preset, preset_config
 from workers.run_settings import RunSettings
 from workers.rundir import load_state, save_state
 
 State = dict[str, torch.Tensor]
+
+
+def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> Config:
+    """The config the flags ask for: defaults (walker-walk, 5M) or `preset`, flags on top."""
+    overrides = {
+        f.name: getattr(args, f.name)
+        for f in fields(Config)
+        if f.name not in _SPECIAL and getattr(args, f.name, None) is not None
+    }
+    overrides.update(seed=args.seed, device=args.device)
+    if getattr(args, "steps", None) is not None:
+        overrides["steps"] = args.steps
+    if preset is not None:
+        cfg = preset_config(preset, **overrides)
+    else:
+        cfg = make_config(
+            args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
+        )
+        resolve_task(cfg.task)  # an unknown name fails now (preset_config checks its own)
+    return cfg
+
+
+def default_run_dir(task: str) -> Path:
+    return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def check_run_flags(args: argparse.Namespace) -> None:

@@ -55,3 +55,7 @@ class WorkerSpec:
     tensorboard: bool = True  # mirror the metrics into tb/worker-K/ (workers/exporters.py)
     wandb: bool = False
     merge_every: int = 2500  # the run's (RunSettings), used until a knob record says otherwise
+    # A rank of a torchrun job: merges over torch.distributed; its records are gathered into
+    # rank 0's run directory, `job_path` (run_path is the rank's own folder).
+    distributed: bool = False
+    job_path: str = ""

@@ -325,7 +325,7 @@ def _parse(*argv):
 
 
 def test_key_value_arguments_are_the_same_flags():
-    from workers.cli import config_from_args
+    from workers.start import config_from_args
 
     flags = _parse(
         "--headless",

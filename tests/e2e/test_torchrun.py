@@ -1,0 +1,147 @@
+"""A torchrun job end to end: ranks on loopback (gloo), merging over torch.distributed into one
+run directory that a window can attach to."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_FLAGS, events, wait_until
+
+from workers.records import Checkpoint, KnobsApplied, Merge, Stop
+from workers.run import Run
+from workers.rundir import load_state
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+FLAGS = [*TINY_FLAGS, "--seed-steps=50", "--quiet", "--no-tensorboard", "--merge-every=50"]
+
+
+def torchrun(ranks: int, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        str(ROOT / "launch.py"),
+        "--headless",
+        *FLAGS,
+        *args,
+    ]
+
+
+def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_path):
+    run = tmp_path / "run"
+    command = torchrun(3, "--workers=3", "--steps=200", f"--run-dir={run}")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert "finished at step 200, mean last eval return" in done.stderr
+    # Rank 0's directory has every worker's records, copied whole from the ranks' own folders.
+    for k in (1, 2):
+        own = (run / f"rank-{k}" / f"worker-{k}.jsonl").read_bytes()
+        assert (run / f"worker-{k}.jsonl").read_bytes() == own
+    watcher = Run.attach(run)
+    assert [(w["worker"], w["state"], w["step"]) for w in watcher.progress()] == [
+        (0, "done", 200),
+        (1, "done", 200),
+        (2, "done", 200),
+    ]
+    for k in (0, 1, 2):
+        merges = events(watcher, Merge, k)
+        assert [m.step for m in merges] == [50, 100, 150, 200]
+        assert all(m.participants == (0, 1, 2) and m.left_out == {} for m in merges)
+        assert set(merges[-1].distances) == {0, 1, 2}
+    # The last round was at the last step: every worker ended on the merged weights.
+    merged = load_state(run / "merge" / "merged.pt")
+    assert merged["participants"] == [0, 1, 2] and merged["step"] == 200
+    finals = [run / "worker-0.pt", run / "rank-1" / "worker-1.pt", run / "rank-2" / "worker-2.pt"]
+    for final in finals:
+        weights = load_state(final)["model"]
+        assert all(torch.equal(weights[name], v) for name, v in merged["model"].items())
+
+
+def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(tmp_path):
+    run = tmp_path / "run"
+    command = torchrun(2, "--workers=2", "--steps=100000", f"--run-dir={run}")
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert wait_until(
+            lambda: (run / "run.json").exists() and events(Run.attach(run), Merge, 1), timeout=300
+        )
+        watcher = Run.attach(run)
+        asked_at = max(w["step"] for w in watcher.progress())
+        version = watcher.set_knobs(horizon=2)
+
+        def applied() -> list:
+            return [e for e in events(watcher, KnobsApplied) if e.version == version]
+
+        assert wait_until(lambda: len(applied()) == 2, timeout=120)
+        steps = {e.step for e in applied()}
+        assert len(steps) == 1, "every rank applies it at the same step"
+        assert steps.pop() <= (asked_at // 50 + 2) * 50  # at the first round that saw it
+        assert all(e.values["horizon"] == 2 for e in applied())
+    finally:
+        job.send_signal(signal.SIGTERM)  # what a service manager sends the launcher
+        job.communicate(timeout=120)
+    # Every rank stopped with a checkpoint, and its records reached rank 0's directory.
+    watcher = Run.attach(run)
+    for k in (0, 1):
+        assert events(watcher, Stop, k)[-1].reason == "interrupted"
+        assert events(watcher, Checkpoint, k)
+    assert (run / "rank-1" / "checkpoints" / "worker-1.pt").exists()
+
+
+def rank_env(rank: int, world: int, port: int) -> dict:
+    """What torchrun sets for each rank (here by hand, as for ranks started on two machines)."""
+    return {
+        **ENV,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        ([["--workers=3"], ["--workers=3"]], ["2 ranks for --workers 3", "multiple"]),
+        (
+            [["--workers=2", "--seed=1"], ["--workers=2", "--seed=2"]],
+            ["rank 1 of this torchrun job", "same flags"],
+        ),
+    ],
+)
+def test_ranks_that_do_not_fit_together_stop_with_one_line(tmp_path, flags, words):
+    port, started = free_port(), time.monotonic()
+    run_dir = f"--run-dir={tmp_path / 'run'}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "launch.py"), "--headless", *FLAGS, *own, run_dir],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=rank_env(rank, 2, port),
+        )
+        for rank, own in enumerate(flags)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), err
+        assert all(word in lines[0] for word in words), lines[0]
+    assert time.monotonic() - started < 100  # told at start-up, not after a timeout
+    assert not (tmp_path / "run").exists()  # nothing written

@@ -1,0 +1,103 @@
+"""The torch.distributed merge: gloo on loopback, one process per rank."""
+
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from workers.distributed_merge import NOT_FINITE, DistributedMergeBackend, init_group
+from workers.merge import average_states
+
+RANKS = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def state_of(rank: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s weights: different per rank, with an integer tensor that is not merged."""
+    generator = torch.Generator().manual_seed(rank)
+    return {
+        "layer.weight": torch.randn(4, 3, generator=generator),
+        "layer.bias": torch.randn(3, generator=generator).double(),
+        "count": torch.tensor([rank]),
+    }
+
+
+def rank_main(rank: int, port: int, broken: int, pack: bool, results) -> None:
+    """One rank: with `pack`, rank 0 holds workers 0 and 1 as a pack (their mean, two
+    members), the others one worker each; rank `broken`'s weights are not finite."""
+    import os
+
+    # What torchrun sets for each rank.
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    init_group("cpu", timeout_s=30)
+    try:
+        workers = RANKS + pack
+        backend = DistributedMergeBackend(list(range(workers)), workers, "cpu")
+        if rank == 0 and pack:
+            state, members = average_states([state_of(0), state_of(10)]), (0, 1)
+        else:
+            state, members = state_of(rank), (rank + pack,)
+        if rank == broken:
+            state = {**state, "layer.weight": state["layer.weight"] * float("inf")}
+        result = backend.merge(7, state, members, step=100 * rank)
+        results.put((rank, result))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(broken: int, pack: bool = True) -> dict:
+    ctx = mp.get_context("spawn")
+    results, port = ctx.Queue(), free_port()
+    procs = [
+        ctx.Process(target=rank_main, args=(r, port, broken, pack, results)) for r in range(RANKS)
+    ]
+    for p in procs:
+        p.start()
+    found = dict(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return found
+
+
+def test_three_ranks_of_one_worker_merge_to_the_mean_of_the_three():
+    found = run_ranks(broken=-1, pack=False)
+    expected = average_states([state_of(0), state_of(1), state_of(2)])
+    for result in found.values():
+        assert result.participants == [0, 1, 2] and set(result.distances) == {0, 1, 2}
+        for key in ("layer.weight", "layer.bias"):
+            torch.testing.assert_close(result.merged[key], expected[key])
+
+
+def test_a_pack_on_one_rank_weighs_as_many_workers_as_it_holds():
+    found = run_ranks(broken=-1)
+    # Workers 0 and 1 in rank 0's pack, 2 and 3 alone: each worker weighs the same.
+    states = [state_of(0), state_of(10), state_of(1), state_of(2)]
+    expected = average_states(states)
+    for rank, result in found.items():
+        assert result.participants == [0, 1, 2, 3] and result.left_out == {}
+        assert result.step == 200 and result.round == 7
+        for key in ("layer.weight", "layer.bias"):
+            torch.testing.assert_close(result.merged[key], expected[key])
+        assert result.merged["layer.bias"].dtype == torch.float64
+        assert torch.equal(result.merged["count"], torch.tensor([rank]))  # not averaged
+        # The lone workers' distances from the mean, known on every rank (a pack's own
+        # workers' it tells itself).
+        assert set(result.distances) == {2, 3}
+
+
+def test_a_rank_with_weights_that_are_not_finite_is_left_out_and_takes_the_mean():
+    found = run_ranks(broken=1)
+    expected = average_states([state_of(0), state_of(10), state_of(2)])
+    for result in found.values():
+        assert result.participants == [0, 1, 3] and result.left_out == {2: NOT_FINITE}
+        torch.testing.assert_close(result.merged["layer.weight"], expected["layer.weight"])
+    assert torch.isfinite(found[1].merged["layer.weight"]).all()  # reset from the mean

@@ -1,0 +1,153 @@
+"""A rank of a torchrun job: `torchrun --nproc-per-node R launch.py --headless --workers N`.
+
+Each of the R ranks trains N / R of the run's workers in its own process (a pack when more than
+one), and the ranks merge over torch.distributed (workers/distributed_merge.py) instead of
+through files. Rank 0 owns the run directory: it creates it (run.json, config, the knob
+record), publishes the merged weights, and its knob record reaches every rank at each merge
+round. Every rank writes its workers' records and checkpoints into the same run directory
+(worker-K.jsonl, checkpoints/worker-K.pt, K numbered across the job), so a window attached to
+it shows every worker of the job. That needs a directory every rank can see: one machine, or a
+file system shared by the machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from agent.errors import UserError
+from workers.distributed_merge import init_group
+from workers.rank_records import forward_records, rank_path
+from workers.spawn import worker_spec
+from workers.start import config_from_args, default_run_dir
+from workers.worker_spec import SNAPSHOT_FIELDS
+
+# How long a collective (a merge round, the start-up checks) waits for the slowest rank. The
+# ranks reach each round at about the same time; a rank that died is noticed by torchrun
+# itself, which stops the others at once: this is the backstop for a rank that hangs.
+COLLECTIVE_TIMEOUT_S = 300.0
+
+
+def torchrun_rank() -> tuple[int, int] | None:
+    """(rank, world size) when this process is a rank of a torchrun job, else None."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None
+
+
+def rank_workers(workers: int, world: int, rank: int) -> list[int]:
+    """The workers rank `rank` of `world` trains: an equal share, in order."""
+    if workers % world:
+        raise UserError(
+            f"torchrun started {world} ranks for --workers {workers}: --workers must be a "
+            f"multiple of the number of ranks ({world}, {2 * world}, ...), each rank training "
+            "as many"
+        )
+    share = workers // world
+    return list(range(rank * share, (rank + 1) * share))
+
+
+def config_digest(run: dict) -> str:
+    """A short hash of what every rank must agree on (config and run settings, not the
+    device: each rank has its own GPU)."""
+    same = {**run, "config": {k: v for k, v in run["config"].items() if k != "device"}}
+    return hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    """Train this rank's workers as part of the torchrun job; returns the exit code."""
+    from workers.run import Run
+    from workers.start import settings_from_args
+    from workers.worker import worker_main
+
+    rank, world = torchrun_rank()
+    if args.resume or args.load or args.attach:
+        raise UserError("--resume, --load and --attach are not for a torchrun job yet")
+    if args.control_worker:
+        raise UserError("--control-worker is not for a torchrun job yet: every rank must merge")
+    workers = 1 if args.workers is None else args.workers
+    mine = rank_workers(workers, world, rank)
+    cfg = config_from_args(args)
+    if torch.device(cfg.device).type == "cuda":  # one GPU per rank on each machine
+        cfg = dataclasses.replace(cfg, device=f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+    if cfg.iterations == 0:  # as Run.create resolves it: the same number on every rank
+        cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
+    merge_every = 2500 if args.merge_every is None else args.merge_every
+    settings = dataclasses.replace(settings_from_args(args, workers, merge_every), pack=len(mine))
+    path = Path(args.run_dir or default_run_dir(cfg.task))
+    init_group(cfg.device, COLLECTIVE_TIMEOUT_S)
+    try:
+        _check_same_config(cfg, settings)
+        # Rank 0 creates the run directory; a refusal (it holds a run) stops every rank.
+        created: list = [None]
+        if rank == 0:
+            try:
+                Run.create(path, cfg, settings)
+            except UserError as err:
+                created = [str(err)]
+        dist.broadcast_object_list(created, src=0)
+        if created[0] is not None:
+            raise UserError(created[0])
+        own = rank_path(path, rank)  # rank 0: the run directory; the others a folder of their own
+        error = None
+        try:
+            own.mkdir(parents=True, exist_ok=rank == 0)
+        except OSError as err:
+            error = f"rank {rank} cannot make its folder {own}: {err.strerror or err}"
+        errors: list = [None] * world
+        dist.all_gather_object(errors, error)
+        if any(errors):
+            raise UserError(next(e for e in errors if e))
+        if rank == 0:
+            print(
+                f"{workers} workers on {world} ranks ({len(mine)} each) on {cfg.task}; "
+                f"run directory {path}",
+                file=sys.stderr,
+            )
+        specs = [
+            dataclasses.replace(
+                worker_spec(own, cfg, settings, index, merge_every),
+                distributed=True,
+                job_path=str(path),
+            )
+            for index in mine
+        ]
+        for spec in specs:
+            spec.cfg["device"] = cfg.device  # the rank's own GPU, whatever the pack layout
+        snapshots = [[0.0] * len(SNAPSHOT_FIELDS) for _ in specs]
+        checkpoints = [threading.Event() for _ in specs]
+        leaves = [threading.Event() for _ in specs]
+        pause, stop = threading.Event(), threading.Event()
+        worker_main(specs, snapshots, pause, stop, checkpoints, leaves)
+        forward_records(path, mine, workers)  # the last records: stop, checkpoint
+        if rank == 0:
+            attached = Run.attach(path)
+            stopped = any(w["state"] == "stopped" for w in attached.progress())
+            print(attached.summary(stopped), file=sys.stderr)
+        return 0
+    finally:
+        dist.destroy_process_group()
+
+
+def _check_same_config(cfg, settings) -> None:
+    """Every rank must run the same config and settings: compared by hash at start-up."""
+    run = {"config": dataclasses.asdict(cfg), "settings": dataclasses.asdict(settings)}
+    digests: list = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, config_digest(run))
+    differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    if differ:
+        raise UserError(
+            f"rank{'s' * (len(differ) > 1)} {', '.join(map(str, differ))} of this torchrun job "
+            f"{'were' if len(differ) > 1 else 'was'} started with other flags than rank 0 "
+            f"(config hash {digests[differ[0]]} against {digests[0]}): start every rank with "
+            "the same flags"
+        )
