@@ -3,11 +3,10 @@
 Each of the R ranks trains N / R of the run's workers in its own process (a pack when more than
 one), and the ranks merge over torch.distributed (workers/distributed_merge.py) instead of
 through files. Rank 0 owns the run directory: it creates it (run.json, config, the knob
-record), publishes the merged weights, and its knob record reaches every rank at each merge
-round. Every rank writes its workers' records and checkpoints into the same run directory
-(worker-K.jsonl, checkpoints/worker-K.pt, K numbered across the job), so a window attached to
-it shows every worker of the job. That needs a directory every rank can see: one machine, or a
-file system shared by the machines.
+record), or finds it again when torchrun restarts the job, publishes the merged weights, and
+its knob record reaches every rank at each merge round. The other ranks keep their files in
+a folder of their own (no file system is shared) and their records are gathered into rank 0's
+directory (workers/rank_records.py), so a window attached to it shows every worker of the job.
 """
 
 from __future__ import annotations
@@ -24,9 +23,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from agent.config import Config
 from agent.errors import UserError
 from workers.distributed_merge import init_group
+from workers.paths import RUN
 from workers.rank_records import forward_records, rank_path
+from workers.run_settings import RunSettings, read_record
+from workers.rundir import RunDir
 from workers.spawn import worker_spec
 from workers.start import config_from_args, default_run_dir
 from workers.worker_spec import SNAPSHOT_FIELDS
@@ -66,56 +69,39 @@ def config_digest(run: dict) -> str:
 def run_rank(args: argparse.Namespace) -> int:
     """Train this rank's workers as part of the torchrun job; returns the exit code."""
     from workers.run import Run
-    from workers.start import settings_from_args
     from workers.worker import worker_main
 
     rank, world = torchrun_rank()
-    if args.resume or args.load or args.attach:
-        raise UserError("--resume, --load and --attach are not for a torchrun job yet")
+    if args.load or args.attach:
+        raise UserError("--load and --attach are not for a torchrun job yet")
     if args.control_worker:
         raise UserError("--control-worker is not for a torchrun job yet: every rank must merge")
-    workers = 1 if args.workers is None else args.workers
-    mine = rank_workers(workers, world, rank)
-    cfg = config_from_args(args)
-    if torch.device(cfg.device).type == "cuda":  # one GPU per rank on each machine
-        cfg = dataclasses.replace(cfg, device=f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
-    if cfg.iterations == 0:  # as Run.create resolves it: the same number on every rank
-        cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
-    merge_every = 2500 if args.merge_every is None else args.merge_every
-    settings = dataclasses.replace(settings_from_args(args, workers, merge_every), pack=len(mine))
-    path = Path(args.run_dir or default_run_dir(cfg.task))
+    cfg, settings = _from_flags(args, world)
+    if not args.resume:
+        rank_workers(settings.workers, world, rank)  # a share for every rank, or say so now
     init_group(cfg.device, COLLECTIVE_TIMEOUT_S)
     try:
-        _check_same_config(cfg, settings)
-        # Rank 0 creates the run directory; a refusal (it holds a run) stops every rank.
-        created: list = [None]
-        if rank == 0:
-            try:
-                Run.create(path, cfg, settings)
-            except UserError as err:
-                created = [str(err)]
-        dist.broadcast_object_list(created, src=0)
-        if created[0] is not None:
-            raise UserError(created[0])
+        if not args.resume:
+            _check_same_config(cfg, settings)
+        path, cfg, settings, resumed = _agree_on_run(args, rank, cfg, settings)
+        mine = rank_workers(settings.workers, world, rank)
         own = rank_path(path, rank)  # rank 0: the run directory; the others a folder of their own
         error = None
         try:
-            own.mkdir(parents=True, exist_ok=rank == 0)
+            own.mkdir(parents=True, exist_ok=rank == 0 or resumed)
         except OSError as err:
             error = f"rank {rank} cannot make its folder {own}: {err.strerror or err}"
-        errors: list = [None] * world
-        dist.all_gather_object(errors, error)
-        if any(errors):
-            raise UserError(next(e for e in errors if e))
+        _all_or_none(error)
         if rank == 0:
+            what = "resuming" if resumed else "training"
             print(
-                f"{workers} workers on {world} ranks ({len(mine)} each) on {cfg.task}; "
-                f"run directory {path}",
+                f"{what} {settings.workers} workers on {world} ranks ({len(mine)} each) on "
+                f"{cfg.task}; run directory {path}",
                 file=sys.stderr,
             )
         specs = [
             dataclasses.replace(
-                worker_spec(own, cfg, settings, index, merge_every),
+                worker_spec(own, cfg, settings, index, settings.merge_every, resume=resumed),
                 distributed=True,
                 job_path=str(path),
             )
@@ -128,7 +114,15 @@ def run_rank(args: argparse.Namespace) -> int:
         leaves = [threading.Event() for _ in specs]
         pause, stop = threading.Event(), threading.Event()
         worker_main(specs, snapshots, pause, stop, checkpoints, leaves)
-        forward_records(path, mine, workers)  # the last records: stop, checkpoint
+        try:
+            forward_records(path, mine, settings.workers)  # the last records: stop, checkpoint
+        except RuntimeError:  # a rank died (gloo: connection closed): torchrun ends the job
+            print(
+                f"rank {rank} stopped with a checkpoint; another rank of the job is gone "
+                "(its last records reach the run directory when the job goes on)",
+                file=sys.stderr,
+            )
+            return 1
         if rank == 0:
             attached = Run.attach(path)
             stopped = any(w["state"] == "stopped" for w in attached.progress())
@@ -136,6 +130,69 @@ def run_rank(args: argparse.Namespace) -> int:
         return 0
     finally:
         dist.destroy_process_group()
+
+
+def _from_flags(args: argparse.Namespace, world: int) -> tuple[Config, RunSettings]:
+    """The config and settings the flags ask for, each rank on its own GPU."""
+    from workers.start import settings_from_args
+
+    cfg = config_from_args(args)
+    if torch.device(cfg.device).type == "cuda":  # one GPU per rank on each machine
+        cfg = dataclasses.replace(cfg, device=f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+    if cfg.iterations == 0:  # as Run.create resolves it: the same number on every rank
+        cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
+    workers = 1 if args.workers is None else args.workers
+    merge_every = 2500 if args.merge_every is None else args.merge_every
+    settings = settings_from_args(args, workers, merge_every)
+    return cfg, dataclasses.replace(settings, pack=max(1, workers // world))
+
+
+def _agree_on_run(
+    args: argparse.Namespace, rank: int, cfg: Config, settings: RunSettings
+) -> tuple[Path, Config, RunSettings, bool]:
+    """Rank 0 creates the run directory, or reads the run it resumes: `--resume`, or the
+    same `--run-dir` again when torchrun restarts the job after a rank failed. Every rank
+    gets its path, config and settings (a refusal stops them all with rank 0's message)."""
+    from workers.run import Run
+
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    decided: list = [None]
+    if rank == 0:
+        path = Path(args.resume or args.run_dir or _default_path(cfg.task))
+        try:
+            resume = bool(args.resume) or (restarted and (path / RUN).exists())
+            if resume:
+                cfg0, settings = read_record(path)
+                if args.steps is not None:
+                    cfg0 = dataclasses.replace(cfg0, steps=args.steps)
+                    RunDir(path).write_config({"config": dataclasses.asdict(cfg0)})
+                cfg = dataclasses.replace(cfg0, device=cfg.device)
+            else:
+                Run.create(path, cfg, settings)
+            decided = [(str(path), dataclasses.asdict(cfg), dataclasses.asdict(settings), resume)]
+        except UserError as err:
+            decided = [str(err)]
+    dist.broadcast_object_list(decided, src=0)
+    if isinstance(decided[0], str):
+        raise UserError(decided[0])
+    path, cfg_dict, settings_dict, resume = decided[0]
+    device = cfg.device  # this rank's GPU, not rank 0's
+    cfg = dataclasses.replace(Config(**cfg_dict), device=device)
+    return Path(path), cfg, RunSettings(**settings_dict), resume
+
+
+def _default_path(task: str) -> Path:
+    """Without --run-dir: a name torchrun's restarts find again (the job's id is kept)."""
+    job = os.environ.get("TORCHELASTIC_RUN_ID")
+    return Path("runs") / f"{task}-{job}" if job and job != "none" else default_run_dir(task)
+
+
+def _all_or_none(error: str | None) -> None:
+    """A collective: every rank stops with the first rank's error, if any has one."""
+    errors: list = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    if any(errors):
+        raise UserError(next(e for e in errors if e))
 
 
 def _check_same_config(cfg, settings) -> None:

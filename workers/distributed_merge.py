@@ -16,11 +16,13 @@ died cannot hang the others for ever (torchrun's elastic restart then brings the
 from __future__ import annotations
 
 import datetime
+import os
 
 import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from agent.errors import UserError
 from workers.merge import MergeResult, State, distance, is_finite
 
 NOT_FINITE = "non-finite weights"
@@ -31,16 +33,38 @@ def backend_for(device: torch.device | str) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def init_group(device: torch.device | str, timeout_s: float, init_method: str = "env://") -> None:
-    """Join the job's process group (torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT) with a collective timeout of `timeout_s`. With CUDA, `device` becomes the
-    process's current GPU (NCCL stages the collectives of Python objects there)."""
+def init_group(device: torch.device | str, timeout_s: float) -> None:
+    """Join the job's process group from torchrun's environment (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT) with a collective timeout of `timeout_s`. With CUDA, `device`
+    becomes the process's current GPU (NCCL stages the collectives of Python objects there).
+
+    The group's keys go under a prefix of torchrun's restart count: after an elastic restart
+    the ranks meet in the same store, and without it they would read the addresses of the
+    ranks that died and fail to connect (seen with gloo on torch 2.13)."""
     if torch.device(device).type == "cuda":
         torch.cuda.set_device(device)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    timeout = datetime.timedelta(seconds=timeout_s)
+    # torchrun's agent serves the store itself; ranks started by hand: rank 0 does.
+    served = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    try:
+        store = dist.TCPStore(
+            host, port, world, is_master=rank == 0 and not served, timeout=timeout
+        )
+    except (RuntimeError, TimeoutError) as err:  # DistStoreError is a RuntimeError
+        raise UserError(
+            f"rank {rank} cannot reach the rendezvous at {host}:{port} within {timeout_s:.0f} s "
+            f"({str(err).splitlines()[0][:120]}): check MASTER_ADDR/--rdzv-endpoint and that "
+            "rank 0 runs"
+        ) from None
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(
         backend_for(device),
-        init_method=init_method,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        store=dist.PrefixStore(f"tdmpc2-live/attempt-{attempt}", store),
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
     )
 
 

@@ -12,6 +12,7 @@ import math
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
 from agent.config import knobs_of
@@ -19,7 +20,7 @@ from agent.errors import ConfigError
 from workers.disk_guard import DiskGuard
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge_round import MergeRounds
-from workers.paths import checkpoint_path
+from workers.paths import checkpoint_path, merged_path
 from workers.records import (
     Checkpoint,
     FirstUpdate,
@@ -30,7 +31,7 @@ from workers.records import (
     Resume,
     Seeding,
 )
-from workers.rundir import save_checkpoint, state_bytes
+from workers.rundir import load_state, save_checkpoint, state_bytes
 from workers.trainer import StopTraining, Trainer
 from workers.worker_spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
 
@@ -71,6 +72,8 @@ class WorkerHooks:
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
         self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
+        if spec.distributed and spec.resume:
+            self._rejoin()
         self.rounds = (
             MergeRounds(specs, trainer, self.set, self._stopping)
             if any(sp.merge_with for sp in specs)
@@ -86,6 +89,23 @@ class WorkerHooks:
         if good is not None and good[0] > self.knob_version:
             self.apply_knobs(good)
         self.apply_knobs()
+
+    def _rejoin(self) -> None:
+        """A resumed rank of a torchrun job: every rank counts on from the furthest step any
+        of them reached and takes rank 0's last merged weights, so that their merge rounds
+        and their weights line up again (their checkpoints may be a few steps apart)."""
+        t = self.trainer
+        furthest = torch.tensor([float(t.step)], device=t.agent.device)
+        dist.all_reduce(furthest, op=dist.ReduceOp.MAX)
+        merged: list = [None]
+        if dist.get_rank() == 0 and merged_path(self.spec.job_path).exists():
+            merged = [load_state(merged_path(self.spec.job_path))["model"]]
+        dist.broadcast_object_list(merged, src=0)
+        if merged[0] is not None:
+            weights = t.agent.checked_model_state(merged[0])
+            t.agent.load_model_state(weights, list(range(len(self.specs))))
+        if furthest.item() > t.step:  # (a rank with no checkpoint yet starts here too)
+            t.start_at(int(furthest.item()))
 
     def _shared_knobs(self) -> None:
         """A rank of a torchrun job takes rank 0's knob record, at the start and at every merge

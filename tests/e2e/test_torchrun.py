@@ -13,22 +13,24 @@ import pytest
 import torch
 from conftest import TINY_FLAGS, events, wait_until
 
-from workers.records import Checkpoint, KnobsApplied, Merge, Stop
+from workers.records import Checkpoint, KnobsApplied, Merge, Resumed, Stop
 from workers.run import Run
-from workers.rundir import load_state
+from workers.rundir import RunDir, load_state
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
 FLAGS = [*TINY_FLAGS, "--seed-steps=50", "--quiet", "--no-tensorboard", "--merge-every=50"]
 
 
-def torchrun(ranks: int, *args: str) -> list[str]:
+def torchrun(ranks: int, *args: str, restarts: int = 0) -> list[str]:
+    """The torchrun command line of a job of `ranks` processes on this machine."""
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={ranks}",
+        f"--max-restarts={restarts}",
         str(ROOT / "launch.py"),
         "--headless",
         *FLAGS,
@@ -95,6 +97,54 @@ def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(t
         assert events(watcher, Stop, k)[-1].reason == "interrupted"
         assert events(watcher, Checkpoint, k)
     assert (run / "rank-1" / "checkpoints" / "worker-1.pt").exists()
+
+
+def rank_pid(launcher: int, rank: int) -> int | None:
+    """The process id of rank `rank` among the torchrun launcher's children."""
+    for task in Path(f"/proc/{launcher}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in environ:
+                return int(child)
+    return None
+
+
+def test_a_rank_killed_mid_run_is_restarted_and_the_job_goes_on_from_the_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    flags = ["--workers=3", "--steps=600", "--checkpoint-every=100", f"--run-dir={run}"]
+    command = torchrun(3, *flags, restarts=1)
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
+    own = RunDir(run / "rank-2", metrics="worker-2.jsonl")
+    try:
+        assert wait_until(lambda: any(c.step >= 200 for c in own.read_metrics(Checkpoint)), 300)
+        victim = rank_pid(job.pid, 2)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        _, err = job.communicate(timeout=600)
+    finally:
+        job.kill()
+    assert job.returncode == 0, err
+    assert "resuming 3 workers on 3 ranks" in err and "finished at step 600" in err
+    watcher = Run.attach(run)
+    for k in (0, 1, 2):
+        raw = (run / f"worker-{k}.jsonl").read_text().splitlines()
+        records = RunDir(run, metrics=f"worker-{k}.jsonl").read_metrics()
+        assert len(records) == len(raw), "every line on disk is a whole record"
+        resumed = events(watcher, Resumed, k)
+        assert len(resumed) == 1 and resumed[0].step >= 200  # from its own newest checkpoint
+        merges = [m.step for m in events(watcher, Merge, k)]
+        assert merges == sorted(set(merges)), "no merge round recorded twice"
+        assert merges[-1] == 600 and events(watcher, Stop, k)[-1].reason == "done"
+    # The job's rounds line up again after the restart: every worker took part in each.
+    later = [m for m in events(watcher, Merge, 2) if m.step > events(watcher, Resumed, 2)[0].step]
+    assert later and all(m.participants == (0, 1, 2) for m in later)
+    for k in (1, 2):
+        assert (run / f"worker-{k}.jsonl").read_bytes() == (
+            run / f"rank-{k}" / f"worker-{k}.jsonl"
+        ).read_bytes()
 
 
 def rank_env(rank: int, world: int, port: int) -> dict:
