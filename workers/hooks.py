@@ -21,6 +21,7 @@ from workers.disk_guard import DiskGuard
 from workers.knobs import KnobStore, agent_knobs, validate_knobs
 from workers.merge_round import MergeRounds
 from workers.paths import checkpoint_path, merged_path
+from workers.rank_records import forward_records
 from workers.records import (
     Checkpoint,
     FirstUpdate,
@@ -37,6 +38,10 @@ from workers.worker_spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
 
 _LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
+# A torchrun job's ranks take rank 0's knob record, and send it their new records, at every
+# merge round and every this many agent steps (the same steps on every rank: a knob changes
+# for all at once). Measured: a knob applied 0.6-2.8 s after it was set (BENCHMARKS.md).
+SYNC_STEPS = 50
 
 
 class WorkerHooks:
@@ -80,6 +85,7 @@ class WorkerHooks:
             else None
         )
         self.last_round = trainer.step // self.merge_every
+        self.last_sync = trainer.step // SYNC_STEPS
         self.last_phase_record = -math.inf
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
         if spec.distributed:
@@ -108,9 +114,9 @@ class WorkerHooks:
             t.start_at(int(furthest.item()))
 
     def _shared_knobs(self) -> None:
-        """A rank of a torchrun job takes rank 0's knob record, at the start and at every merge
-        round, so that every rank applies a version at the same step (when the rounds fall
-        depends on merge_every: the ranks must agree on it)."""
+        """A rank of a torchrun job takes rank 0's knob record (at the start, every merge
+        round and every SYNC_STEPS), so that every rank applies a version at the same
+        step (when the rounds fall depends on merge_every: the ranks must agree on it)."""
         record = [self.knobs.last_good(self.trainer.agent.cfg) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(record, src=0)
         if record[0] is not None and record[0][0] > self.knob_version:
@@ -267,11 +273,16 @@ class WorkerHooks:
         if not self.spec.distributed:
             self.apply_knobs()
         round_ = trainer.step // self.merge_every
-        if self.rounds is not None and round_ > self.last_round:
+        merged = self.rounds is not None and round_ > self.last_round
+        if merged:
             self.rounds.merge(round_)
             self.last_round = round_
-            if self.spec.distributed:
-                self._shared_knobs()
+        if self.spec.distributed and (merged or trainer.step // SYNC_STEPS > self.last_sync):
+            self.last_sync = trainer.step // SYNC_STEPS
+            self._shared_knobs()
+            # The other ranks' new records reach rank 0's directory (an attached window).
+            workers = max(next(sp.merge_with for sp in self.specs if sp.merge_with)) + 1
+            forward_records(self.spec.job_path, [sp.index for sp in self.specs], workers)
         if self._checkpoint_asked() or trainer.step >= self.next_checkpoint:
             self.checkpoint()
             self.next_checkpoint = (

@@ -15,7 +15,6 @@ import torch.distributed as dist
 from workers import records  # its MergeStopped is the record, merge's the exception
 from workers.distributed_merge import DistributedMergeBackend
 from workers.merge import FileMergeBackend, MergeStopped
-from workers.rank_records import forward_records
 from workers.records import Merge, MergeSkipped, Record
 from workers.trainer import StopTraining, Trainer
 from workers.worker_spec import STATES, WorkerSpec
@@ -123,9 +122,6 @@ class MergeRounds:
             )
             self._log_merging(merge)
         self.set(merges=self.merges)
-        if self.collective is not None:  # the other ranks' records reach rank 0's directory
-            every = [sp.index for sp in self.specs]
-            forward_records(self.specs[0].job_path, every, self.collective.workers)
 
     def _log_merging(self, record: Record) -> None:
         """A record for the workers that merge (a control worker in the pack does not)."""
