@@ -38,6 +38,9 @@ from workers.worker_spec import SNAPSHOT_FIELDS
 # ranks reach each round at about the same time; a rank that died is noticed by torchrun
 # itself, which stops the others at once: this is the backstop for a rank that hangs.
 COLLECTIVE_TIMEOUT_S = 300.0
+# How long a rank tries to reach the rendezvous (rank 0's store). Under torchrun it is up
+# before any rank starts; ranks started by hand must start within this of each other.
+RENDEZVOUS_S = float(os.environ.get("TDMPC2_LIVE_RENDEZVOUS_S", "120"))
 
 
 def torchrun_rank() -> tuple[int, int] | None:
@@ -79,7 +82,7 @@ def run_rank(args: argparse.Namespace) -> int:
     cfg, settings = _from_flags(args, world)
     if not args.resume:
         rank_workers(settings.workers, world, rank)  # a share for every rank, or say so now
-    init_group(cfg.device, COLLECTIVE_TIMEOUT_S)
+    init_group(cfg.device, COLLECTIVE_TIMEOUT_S, RENDEZVOUS_S)
     try:
         if not args.resume:
             _check_same_config(cfg, settings)

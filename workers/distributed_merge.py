@@ -15,8 +15,11 @@ died cannot hang the others for ever (torchrun's elastic restart then brings the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import sys
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -33,9 +36,12 @@ def backend_for(device: torch.device | str) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def init_group(device: torch.device | str, timeout_s: float) -> None:
+def init_group(
+    device: torch.device | str, timeout_s: float, rendezvous_s: float | None = None
+) -> None:
     """Join the job's process group from torchrun's environment (RANK, WORLD_SIZE,
-    MASTER_ADDR, MASTER_PORT) with a collective timeout of `timeout_s`. With CUDA, `device`
+    MASTER_ADDR, MASTER_PORT) with a collective timeout of `timeout_s`, giving up on reaching
+    the rendezvous after `rendezvous_s` (default: the same). With CUDA, `device`
     becomes the process's current GPU (NCCL stages the collectives of Python objects there).
 
     The group's keys go under a prefix of torchrun's restart count: after an elastic restart
@@ -46,15 +52,21 @@ def init_group(device: torch.device | str, timeout_s: float) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     timeout = datetime.timedelta(seconds=timeout_s)
+    rendezvous_s = timeout_s if rendezvous_s is None else rendezvous_s
     # torchrun's agent serves the store itself; ranks started by hand: rank 0 does.
     served = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     try:
-        store = dist.TCPStore(
-            host, port, world, is_master=rank == 0 and not served, timeout=timeout
-        )
+        with _quiet_stderr():  # c10d prints a C++ stack trace of each try: the line below says it
+            store = dist.TCPStore(
+                host,
+                port,
+                world,
+                is_master=rank == 0 and not served,
+                timeout=datetime.timedelta(seconds=rendezvous_s),
+            )
     except (RuntimeError, TimeoutError) as err:  # DistStoreError is a RuntimeError
         raise UserError(
-            f"rank {rank} cannot reach the rendezvous at {host}:{port} within {timeout_s:.0f} s "
+            f"rank {rank} cannot reach the rendezvous at {host}:{port} within {rendezvous_s:.0f} s "
             f"({str(err).splitlines()[0][:120]}): check MASTER_ADDR/--rdzv-endpoint and that "
             "rank 0 runs"
         ) from None
@@ -66,6 +78,20 @@ def init_group(device: torch.device | str, timeout_s: float) -> None:
         world_size=world,
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null meanwhile (what C++ code writes there included)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class DistributedMergeBackend:

@@ -159,6 +159,22 @@ def rank_env(rank: int, world: int, port: int) -> dict:
     }
 
 
+def test_a_rank_that_cannot_reach_the_rendezvous_stops_with_one_line(tmp_path):
+    env = {**rank_env(1, 2, free_port()), "TDMPC2_LIVE_RENDEZVOUS_S": "3"}  # nobody listens
+    command = [sys.executable, str(ROOT / "launch.py"), "--headless", *FLAGS, "--workers=2"]
+    done = subprocess.run(
+        [*command, f"--run-dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach the rendezvous at 127.0.0.1:" in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
