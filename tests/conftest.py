@@ -1,5 +1,6 @@
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -132,6 +133,13 @@ def no_leftover_programs():
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             proc.wait(timeout=30)
+
+
+def free_port() -> int:
+    """A TCP port of this machine that nothing listens on now (a rendezvous for ranks)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout=180.0, poll=0.2) -> bool:

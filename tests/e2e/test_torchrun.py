@@ -3,7 +3,6 @@ run directory that a window can attach to."""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_FLAGS, events, wait_until
+from conftest import TINY_FLAGS, events, free_port, wait_until
 
 from workers.records import Checkpoint, KnobsApplied, Merge, Resumed, Stop
 from workers.run import Run
@@ -173,12 +172,6 @@ def test_a_rank_that_cannot_reach_the_rendezvous_stops_with_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the rendezvous at 127.0.0.1:" in lines[0], lines
     assert not (tmp_path / "run").exists()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize(

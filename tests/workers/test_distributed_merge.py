@@ -1,21 +1,14 @@
 """The torch.distributed merge: gloo on loopback, one process per rank."""
 
-import socket
-
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import free_port
 
 from workers.distributed_merge import NOT_FINITE, DistributedMergeBackend, init_group
 from workers.merge import average_states
 
 RANKS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def state_of(rank: int) -> dict[str, torch.Tensor]:
