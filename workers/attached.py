@@ -17,6 +17,11 @@ from workers.paths import RUN
 from workers.run_base import BaseRun
 from workers.run_settings import RunSettings, read_record
 
+TORCHRUN_JOB = (
+    "this run is a torchrun job of {ranks} ranks: it takes knobs from the window, but pause, "
+    "checkpoint, restarts and adding or removing workers are not served; stop it with Ctrl+C "
+    "or SIGTERM to its torchrun launcher (every rank writes a checkpoint)"
+)
 NOT_SERVED = (
     "no process is training this run now (no worker has written a record for a minute), so "
     "nobody would serve the request: continue the run with --resume {path}"
@@ -44,6 +49,8 @@ class AttachedRun(BaseRun):
 
     def _ask_owner(self, action: str, worker: int | None = None) -> None:
         """Pass a request to the process that owns the run (see Run.serve_requests)."""
+        if self.settings.ranks:
+            raise UserError(TORCHRUN_JOB.format(ranks=self.settings.ranks))
         # Workers not heard from yet may still be starting: only silence after records, or
         # every worker ended, shows that nobody is there.
         if not any(w["alive"] or not w["heartbeat"] for w in self.progress()):

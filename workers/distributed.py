@@ -147,7 +147,7 @@ def _from_flags(args: argparse.Namespace, world: int) -> tuple[Config, RunSettin
     workers = 1 if args.workers is None else args.workers
     merge_every = 2500 if args.merge_every is None else args.merge_every
     settings = settings_from_args(args, workers, merge_every)
-    return cfg, dataclasses.replace(settings, pack=max(1, workers // world))
+    return cfg, dataclasses.replace(settings, pack=max(1, workers // world), ranks=world)
 
 
 def _agree_on_run(

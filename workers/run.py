@@ -94,6 +94,11 @@ class Run(WorkerMonitor, BaseRun):
         """Continue a stopped run from its checkpoints; `steps` raises its total agent steps."""
         path = Path(path)
         cfg, settings = read_record(path)
+        if settings.ranks:
+            raise UserError(
+                f"{path} is a torchrun job's run ({settings.ranks} ranks, their files in "
+                "rank-R/ on each machine): resume it with the same torchrun line and --resume"
+            )
         if settings.wandb:  # the run keeps the logs it started with
             require_wandb()
         if steps is not None:

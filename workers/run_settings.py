@@ -37,6 +37,7 @@ class RunSettings:
     wandb: bool = False  # each worker also logs to Weights & Biases
     max_restarts: int = 3  # automatic restarts of a crashed worker, per worker (0: none)
     pack: int = 1  # workers trained as one batched model in one process (0: Run.create picks)
+    ranks: int = 0  # a torchrun job's processes (workers/distributed.py); 0: not one
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import TINY_FLAGS, events, free_port, wait_until
 
+from agent.errors import UserError
 from workers.records import Checkpoint, KnobsApplied, Merge, Resumed, Stop
 from workers.run import Run
 from workers.rundir import RunDir, load_state
@@ -87,6 +88,8 @@ def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(t
         assert len(steps) == 1, "every rank applies it at the same step"
         assert steps.pop() <= (asked_at // 50 + 2) * 50  # at the first round that saw it
         assert all(e.values["horizon"] == 2 for e in applied())
+        with pytest.raises(UserError, match="torchrun job of 2 ranks"):
+            watcher.pause()  # nobody serves requests in a torchrun job: said, not sent
     finally:
         job.send_signal(signal.SIGTERM)  # what a service manager sends the launcher
         job.communicate(timeout=120)
@@ -96,6 +99,8 @@ def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(t
         assert events(watcher, Stop, k)[-1].reason == "interrupted"
         assert events(watcher, Checkpoint, k)
     assert (run / "rank-1" / "checkpoints" / "worker-1.pt").exists()
+    with pytest.raises(UserError, match="resume it with the same torchrun line"):
+        Run.resume(run)  # a run of local worker processes would not find rank 1's files
 
 
 def rank_pid(launcher: int, rank: int) -> int | None:
