@@ -68,6 +68,22 @@ def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_pat
         assert all(torch.equal(weights[name], v) for name, v in merged["model"].items())
 
 
+def test_each_rank_trains_its_share_as_a_pack(tmp_path):
+    run = tmp_path / "run"
+    command = torchrun(2, "--workers=4", "--steps=100", f"--run-dir={run}")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert "4 workers on 2 ranks (2 each)" in done.stderr
+    watcher = Run.attach(run)
+    for k in range(4):  # each pack weighs as many workers as it holds
+        merges = events(watcher, Merge, k)
+        assert [m.participants for m in merges] == [(0, 1, 2, 3)] * 2
+    assert sorted(p.name for p in (run / "rank-1").glob("worker-*.jsonl")) == [
+        "worker-2.jsonl",
+        "worker-3.jsonl",
+    ]
+
+
 def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(tmp_path):
     run = tmp_path / "run"
     command = torchrun(2, "--workers=2", "--steps=100000", f"--run-dir={run}")
