@@ -13,19 +13,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from agent.agent import TDMPC2
 from agent.config import Config
-from agent.envs import make_env
-from bench.run import merge_benchmark
+from bench.run import agent_for, merge_benchmark
 from workers.distributed_merge import DistributedMergeBackend, init_group
 
 
 def _model_state(cfg: Config) -> dict[str, torch.Tensor]:
-    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
-    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    env.close()
-    agent = TDMPC2(cfg, obs_dim, action_dim)
-    return {k: v.detach() for k, v in agent.model_state().items() if v.is_floating_point()}
+    state = agent_for(cfg).model_state()
+    return {k: v.detach() for k, v in state.items() if v.is_floating_point()}
 
 
 def _rank(rank: int, ranks: int, port: int, cfg: dict, repeats: int, results) -> None:

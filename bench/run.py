@@ -23,13 +23,18 @@ from workers.run import Run, RunSettings
 from workers.trainer import StopTraining, Trainer
 
 
-def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
-    """What one merge costs a worker: publish own weights, read the others', average, write the
-    merged file, load it. The other workers' files are already there (they are not waited for)."""
+def agent_for(cfg: Config) -> TDMPC2:
+    """A fresh agent of `cfg` for its task's observation and action sizes."""
     env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
-    agent = TDMPC2(cfg, obs_dim, action_dim)
+    return TDMPC2(cfg, obs_dim, action_dim)
+
+
+def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
+    """What one merge costs a worker: publish own weights, read the others', average, write the
+    merged file, load it. The other workers' files are already there (they are not waited for)."""
+    agent = agent_for(cfg)
     state = {k: v.detach().cpu() for k, v in agent.model_state().items()}
     params = sum(v.numel() for v in state.values())
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,12 +38,19 @@ def torchrun(ranks: int, *args: str, restarts: int = 0) -> list[str]:
     ]
 
 
-def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_path):
-    run = tmp_path / "run"
-    command = torchrun(3, "--workers=3", "--steps=200", f"--run-dir={run}")
+def finished_job(ranks: int, run: Path, *args: str) -> str:
+    """Run a torchrun job into `run` to its end; its exit code 0 is asserted, its stderr
+    returned."""
+    command = torchrun(ranks, *args, f"--run-dir={run}")
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, done.stderr
-    assert "finished at step 200, mean last eval return" in done.stderr
+    return done.stderr
+
+
+def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_path):
+    run = tmp_path / "run"
+    err = finished_job(3, run, "--workers=3", "--steps=200")
+    assert "finished at step 200, mean last eval return" in err
     # Rank 0's directory has every worker's records, copied whole from the ranks' own folders.
     for k in (1, 2):
         own = (run / f"rank-{k}" / f"worker-{k}.jsonl").read_bytes()
@@ -70,10 +77,7 @@ def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_pat
 
 def test_each_rank_trains_its_share_as_a_pack(tmp_path):
     run = tmp_path / "run"
-    command = torchrun(2, "--workers=4", "--steps=100", f"--run-dir={run}")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
-    assert done.returncode == 0, done.stderr
-    assert "4 workers on 2 ranks (2 each)" in done.stderr
+    assert "4 workers on 2 ranks (2 each)" in finished_job(2, run, "--workers=4", "--steps=100")
     watcher = Run.attach(run)
     for k in range(4):  # each pack weighs as many workers as it holds
         merges = events(watcher, Merge, k)
