@@ -23,6 +23,7 @@ from agent.errors import ConfigError
 from agent.math import TwoHot, percentile_range
 from agent.noise import PackNoise
 from agent.pack_state import PackState
+from agent.pack_threads import WorkerThreads
 from agent.planner import PlanKnobs, plan
 from agent.world_model import WorldModel
 
@@ -56,6 +57,10 @@ class TDMPC2(PackState):
     """One TD-MPC2 agent, or a pack of len(seeds) workers. Knobs in KNOB_RANGES may change
     between any two calls; they apply to every worker of the pack at once."""
 
+    # A pack on a CPU runs each worker's update and plan on a thread of its own; tests turn it
+    # off to check that the batched path, the one a GPU takes, gives the same values.
+    cpu_threads = True
+
     def __init__(
         self, cfg: Config, obs_dim: int, action_dim: int, seeds: Sequence[int] | None = None
     ):
@@ -67,6 +72,9 @@ class TDMPC2(PackState):
         self.two_hot = TwoHot(cfg.num_bins, cfg.vmin, cfg.vmax, self.device)
         self.compiled = cfg.compile and self.device.type == "cuda"
         self.noise = PackNoise(self.seeds, self.device, shared=self.compiled)
+        self.threads: WorkerThreads | None = None
+        if self.pack > 1 and self.device.type == "cpu" and self.cpu_threads:
+            self.threads = WorkerThreads(self.model, self.noise, torch.get_num_threads())
         m = self.model
         self.optim = torch.optim.Adam(
             [
@@ -170,9 +178,7 @@ class TDMPC2(PackState):
                 warm = self._shifted_warm_mean(n, t0)
                 if self.compiled:
                     torch.compiler.cudagraph_mark_step_begin()
-                action, mean = self._plan_fn(
-                    self.model, self.two_hot, obs, warm, self.plan_knobs(), eval_mode, self.noise
-                )
+                action, mean = self._plan(obs, warm, eval_mode)
                 self._warm_mean = mean.clone()
             else:
                 eps = self.noise.normal(n, self.action_dim)
@@ -183,6 +189,18 @@ class TDMPC2(PackState):
             return action
         return action.view(-1, self.action_dim).squeeze(0) if n == 1 else action[0]
 
+    def _plan(
+        self, obs: torch.Tensor, warm: torch.Tensor, eval_mode: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        knobs = self.plan_knobs()
+        if self.threads is None:
+            return self._plan_fn(self.model, self.two_hot, obs, warm, knobs, eval_mode, self.noise)
+
+        def part(model: WorldModel, noise: PackNoise, obs: torch.Tensor, warm: torch.Tensor):
+            return plan(model, self.two_hot, obs, warm, knobs, eval_mode, noise)
+
+        return self.threads.map(part, obs, warm, context=self._autocast)
+
     # learning ----------------------------------------------------------------------
     def _rho_weights(self, horizon: int) -> torch.Tensor:
         return self.cfg.rho ** torch.arange(horizon, device=self.device, dtype=torch.float32)
@@ -191,7 +209,49 @@ class TDMPC2(PackState):
         """Worker-first batch: obs (P, H+1, B, D), action (P, H, B, A), reward and terminated
         (P, H, B, 1). Each loss is per worker, (P,); their sum is differentiated, which gives
         each worker the gradient of its own loss."""
-        cfg, m, two_hot, noise = self.cfg, self.model, self.two_hot, self.noise
+        total, out, zs = self._learn(self._model_loss, obs, action, reward, terminated)
+        grad_norm = self._step(self.optim)
+        pi_loss, pi_entropy = self._learn(self._pi_loss, zs)
+        pi_grad_norm = self._step(self.pi_optim)
+        self.model.update_targets(self.cfg.tau)
+        out.update(
+            total_loss=total,
+            pi_loss=pi_loss,
+            grad_norm=grad_norm,
+            pi_grad_norm=pi_grad_norm,
+            pi_entropy=pi_entropy,
+            q_scale=self.model.q_scale,
+        )
+        return {k: v.detach() for k, v in out.items()}
+
+    def _learn(self, loss_fn, *inputs: torch.Tensor):
+        """loss_fn(model, noise, *inputs) -> (loss (P,), *rest) for the whole pack, its loss
+        differentiated; on a CPU each worker runs on a thread of its own (agent/pack_threads.py).
+        The gradient is left in the pack's .grad either way; returns (loss, *rest) detached."""
+
+        def part(model: WorldModel, noise: PackNoise, *xs: torch.Tensor):
+            loss, *rest = loss_fn(model, noise, *xs)
+            loss.sum().backward()
+            return (loss.detach(), *rest)
+
+        if self.threads is None:
+            return part(self.model, self.noise, *inputs)
+        results = self.threads.map(part, *inputs, context=self._autocast)
+        self.threads.gather_grads()
+        return results
+
+    def _step(self, optim: torch.optim.Optimizer) -> torch.Tensor:
+        """Clip each worker's gradient and take one Adam step; the (P,) norms before clipping."""
+        params = [p for g in optim.param_groups for p in g["params"]]
+        norms = clip_per_worker(params, self.cfg.grad_clip_norm)
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+        return norms
+
+    def _model_loss(self, m: WorldModel, noise: PackNoise, obs, action, reward, terminated):
+        """The world model's total loss (P,), its parts, and the latents of the rollout
+        (P, H+1, B, L) detached, for the policy's loss."""
+        cfg, two_hot = self.cfg, self.two_hot
         p, horizon, batch = action.shape[:3]
         rho = self._rho_weights(horizon)
         with torch.no_grad():
@@ -228,47 +288,38 @@ class TDMPC2(PackState):
             + cfg.reward_coef * reward_loss
             + cfg.value_coef * value_loss
         )
-        out = {"consistency_loss": consistency, "reward_loss": reward_loss}
+        out = {
+            "consistency_loss": consistency.detach(),
+            "reward_loss": reward_loss.detach(),
+            "value_loss": value_loss.detach(),
+        }
         if m.termination is not None:
             logits = m.termination_logit(zs[:, 1:])
             termination_loss = F.binary_cross_entropy_with_logits(
                 logits, terminated, reduction="none"
             ).mean((1, 2, 3))
             total = total + cfg.termination_coef * termination_loss
-            out["termination_loss"] = termination_loss
-        total.sum().backward()
-        params = [p for g in self.optim.param_groups for p in g["params"]]
-        grad_norm = clip_per_worker(params, cfg.grad_clip_norm)
-        self.optim.step()
-        self.optim.zero_grad(set_to_none=True)
+            out["termination_loss"] = termination_loss.detach()
+        return total, out, zs.detach()
 
-        # Policy: maximise the scaled mean of two random Qs on the detached rollout latents.
-        pi_z = zs.detach().flatten(1, 2)
+    def _pi_loss(self, m: WorldModel, noise: PackNoise, zs: torch.Tensor):
+        """The policy's loss (P,) on the rollout latents, which maximises the scaled mean of two
+        random Qs (moving each worker's Q scale), and its entropy (P,)."""
+        cfg, two_hot = self.cfg, self.two_hot
+        p, steps, batch = zs.shape[:3]
+        pi_z = zs.flatten(1, 2)
         sample = m.policy(pi_z, noise.normal(pi_z.shape[1], self.action_dim))
         q_logits = m.q_logits((pi_z, sample.action), noise.q_pair(cfg.num_q), detach=True)
-        q = two_hot.decode(q_logits).mean(1).view(p, horizon + 1, batch)
+        q = two_hot.decode(q_logits).mean(1).view(p, steps, batch)
         with torch.no_grad():
             spread = percentile_range(q[:, 0]).clamp_min(1.0)
-            m.q_scale.lerp_(spread, cfg.tau)
-        scaled_entropy = sample.scaled_entropy.view(p, horizon + 1, batch)
-        objective = cfg.entropy_coef * scaled_entropy + q / m.q_scale.view(p, 1, 1)
-        pi_rho = self._rho_weights(horizon + 1)
-        pi_loss = -(objective.mean(2) * pi_rho).mean(1)
-        pi_loss.sum().backward()
-        pi_grad_norm = clip_per_worker(list(m.pi.parameters()), cfg.grad_clip_norm)
-        self.pi_optim.step()
-        self.pi_optim.zero_grad(set_to_none=True)
-        m.update_targets(cfg.tau)
-        out.update(
-            value_loss=value_loss,
-            total_loss=total,
-            pi_loss=pi_loss,
-            grad_norm=grad_norm,
-            pi_grad_norm=pi_grad_norm,
-            pi_entropy=-sample.log_prob.view(p, -1).mean(1),
-            q_scale=m.q_scale,
-        )
-        return {k: v.detach() for k, v in out.items()}
+            # A copy: the pack's workers' scales share one version counter, and a member on
+            # another thread may move its own while this backward still needs this one.
+            scale = m.q_scale.lerp_(spread, cfg.tau).clone()
+        scaled_entropy = sample.scaled_entropy.view(p, steps, batch)
+        objective = cfg.entropy_coef * scaled_entropy + q / scale.view(p, 1, 1)
+        pi_loss = -(objective.mean(2) * self._rho_weights(steps)).mean(1)
+        return pi_loss, -sample.log_prob.view(p, -1).mean(1).detach()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step for every worker. batch: obs (P, H+1, B, D), action (P, H, B, A),

@@ -42,14 +42,15 @@ def mish(x: torch.Tensor) -> torch.Tensor:
     return _tanh_softplus(x).mul_(x)
 
 
-def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+def dropout(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
     """Training-mode dropout. On CPU it draws the number of dropped elements from the binomial
     and then their positions (far fewer random numbers than one Bernoulli per element); a
-    position drawn twice is dropped once, which lowers the rate by a relative ~p/2."""
+    position drawn twice is dropped once, which lowers the rate by a relative ~p/2. It draws
+    from `generator` where given (torch's global stream otherwise, and always off the CPU)."""
     if x.device.type != "cpu" or torch.compiler.is_compiling() or p >= 0.5:
         return F.dropout(x, p, training=True)
     numel = x.numel()
-    count = int(torch.distributions.Binomial(numel, torch.tensor(p)).sample())
+    count = int(torch.binomial(torch.tensor(float(numel)), torch.tensor(p), generator=generator))
     mask = torch.full((numel,), 1.0 / (1.0 - p), dtype=x.dtype)
-    mask[torch.randint(numel, (count,))] = 0.0
+    mask[torch.randint(numel, (count,), generator=generator)] = 0.0
     return x * mask.view_as(x)

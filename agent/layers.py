@@ -13,7 +13,8 @@ torch.func.stack_module_state): forward and backward of the 5M dynamics MLP for 
 the CPU took 1.18x as long with vmap (30 interleaved pairs, BENCHMARKS.md "Packs"); vmap cannot
 run the CPU kernels of agent/fast_ops.py nor a custom autograd Function without extra rules; and
 stacked weights keep one state-dict layout for a pack and a lone agent. On a GPU a layer is one
-bmm for the whole pack; on a CPU it runs one worker at a time (see Layer.forward).
+bmm for the whole pack; on a CPU each worker runs a lone layer over its slice of the weights, on a
+thread of its own (agent/pack_threads.py).
 """
 
 from __future__ import annotations
@@ -39,10 +40,6 @@ def _flat_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 class Layer(nn.Module):
     """Linear -> [dropout] -> [LayerNorm -> Mish | SimNorm] for P workers (x E members)."""
 
-    # On a CPU a pack runs one worker at a time (faster there); tests turn it off to check
-    # that the batched path, the one a GPU takes, gives the same values.
-    cpu_per_worker = True
-
     def __init__(
         self,
         in_dims: Sequence[int],
@@ -57,6 +54,7 @@ class Layer(nn.Module):
         super().__init__()
         self.in_dims, self.out_dim, self.members = tuple(in_dims), out_dim, members
         self.act, self.dropout, self.simnorm_dim, self.pack = act, dropout, simnorm_dim, pack
+        self.generator: torch.Generator | None = None  # dropout's stream; None: torch's global
         lead = (pack, members) if members else (pack,)
         self.weight = nn.Parameter(torch.empty(*lead, sum(in_dims), out_dim))
         nn.init.trunc_normal_(self.weight, std=0.02)
@@ -83,19 +81,6 @@ class Layer(nn.Module):
         (P, E, ..., out)."""
         xs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
         params = self._params(members, detach)
-        if self.pack > 1 and xs[0].device.type == "cpu" and self.cpu_per_worker:
-            # One worker at a time: on a CPU P plain matmuls cost less than one bmm of P (its
-            # backward most: 1M, pack of 4, 1 thread, update 1.3x the time of 4 agents), and
-            # a worker alone gets LayerNorm's fused affine and no copy of a shared input.
-            # unbind, not slices: its backward stacks the P gradients once, where each slice's
-            # would fill a whole zero tensor.
-            per_input = [[t.unsqueeze(0) for t in x.unbind(0)] for x in xs]
-            per_param = [[t.unsqueeze(0) for t in p.unbind(0)] for p in params]
-            outs = [
-                self._layer([x[k] for x in per_input], [p[k] for p in per_param])
-                for k in range(self.pack)
-            ]
-            return torch.cat(outs)
         return self._layer(xs, params)
 
     def _layer(self, xs: list[torch.Tensor], params: list[torch.Tensor]) -> torch.Tensor:
@@ -106,7 +91,7 @@ class Layer(nn.Module):
         else:
             y = self._pack_matmul(xs, rows, bias)
         if self.dropout and self.training:
-            y = dropout(y, self.dropout)
+            y = dropout(y, self.dropout, self.generator)
         if not self.norm:
             return y
         if bias.shape[:-1] == (1,):  # one worker: LayerNorm's own affine, one pass fewer

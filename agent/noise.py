@@ -2,7 +2,8 @@
 
 Worker k of a pack draws exactly what an agent of its own seed would draw alone, so a pack and
 separate agents of the same seeds make the same updates and plans (tests/agent/test_pack.py);
-dropout masks, drawn for the whole pack at once from torch's global generator, are the exception.
+dropout masks are the exception: a lone agent draws them from torch's global generator, a CPU
+pack's worker from its own stream (agent/pack_threads.py), a GPU pack for all workers at once.
 Inside a captured CUDA graph one call per draw matters more than separate streams: there the pack
 draws (P, ...) at once from the device's generator (`shared`), still independent per worker,
 but no longer the same numbers as a lone agent of the same seed.
@@ -10,6 +11,7 @@ but no longer the same numbers as a lone agent of the same seed.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -45,6 +47,13 @@ class PackNoise:
     def q_pair(self, num_q: int) -> torch.Tensor:
         """(P, 2): two distinct Q indices per worker, drawn on the device (no host sync)."""
         return self.uniform(num_q).argsort(-1)[:, :2]
+
+    def member(self, worker: int) -> PackNoise:
+        """Worker `worker`'s stream alone, as a pack of one (the generator is shared, not
+        copied: what the member draws, the pack's worker has drawn)."""
+        one = copy.copy(self)
+        one.pack, one.generators = 1, [self.generators[worker]]
+        return one
 
     def get_state(self, worker: int) -> torch.Tensor:
         return self.generators[worker].get_state()

@@ -70,6 +70,9 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pack-only", action="store_true", help="time the packs alone (--pack; a GPU's case)"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds of --repeats steps (--pack)"
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
@@ -128,7 +131,13 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
     if args.pack:
         packs = parse_packs(args.pack)
         result = pack_benchmark(
-            cfg, packs, args.repeats, args.warmup, args.threads, processes=not args.pack_only
+            cfg,
+            packs,
+            args.repeats,
+            args.warmup,
+            args.threads,
+            processes=not args.pack_only,
+            rounds=args.rounds,
         )
         print(json.dumps(result) if args.json else format_pack(result))
         return 0

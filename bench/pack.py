@@ -4,9 +4,11 @@ one process against K processes each training a lone agent, side by side for eac
 A timed step is what training does once warm: every worker's env step, one plan and one
 update (steps_per_update 1) on a buffer already holding a few episodes, so seeding and
 pretraining are left out. The pack runs in a spawned process of its own, as in a real run (a
-pack of 1 in the parent measured 0.76x the same work in a fresh process). The K processes are
-spawned together, wait for each other before their timed loop and keep stepping until the last
-one has finished it, so each competes with all the others for the whole of its timing.
+pack of 1 in the parent measured 0.76x the same work in a fresh process). The K processes wait
+for each other before their timed loop and keep stepping until the last one has finished it, so
+each competes with all the others for the whole of its timing. The two sides stay up and are
+timed in alternating rounds: on a shared machine one run of each measured the same work
+(K = 1) anywhere from 1.01x to 1.23x.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,29 +97,43 @@ def _timed(loop: _Loop, repeats: int) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class _Sync:
+    """What the processes of one side share: the start barrier, the count of those timed in
+    this round, the queue of their results."""
+
+    size: int
+    barrier: Any
+    done: Any
+    results: Any
+
+
 def _process(
-    cfg: Config, seeds: list[int], threads: int, repeats: int, warmup: int, barrier, done, results
+    cfg: Config, seeds: list[int], threads: int, warmup: int, side: _Sync, commands
 ) -> None:
-    """One process of the comparison (a pack, or a lone agent timed while the others run too).
-    Both sides run in fresh spawned processes, so neither has the parent's state."""
+    """One process of the comparison (a pack, or one lone worker of K): warms up, then is timed
+    for each round its side is sent. Both sides run in fresh spawned processes, so neither has
+    the parent's state."""
     try:
         apply_threads(threads)
         loop = _Loop(cfg, seeds)
         for _ in range(warmup):
             loop.step()
-        barrier.wait(timeout=PROCESS_TIMEOUT_S)
-        result = _timed(loop, repeats)
-        with done.get_lock():
-            done.value += 1
-        while done.value < barrier.parties:  # keep the load on until all are timed
-            loop.step()
+        side.results.put({"ready": True})
+        while (repeats := commands.get(timeout=PROCESS_TIMEOUT_S)) > 0:
+            side.barrier.wait(timeout=PROCESS_TIMEOUT_S)
+            result = _timed(loop, repeats)
+            with side.done.get_lock():
+                side.done.value += 1
+            while side.done.value < side.size:  # keep the load on until all are timed
+                loop.step()
+            side.results.put(result)
         loop.close()
-        results.put(result)
     except Exception as err:  # reported by the parent; the others must not wait for this one
-        barrier.abort()
-        with done.get_lock():
-            done.value += 1
-        results.put({"error": failure(err, len(seeds))})
+        side.barrier.abort()
+        with side.done.get_lock():
+            side.done.value += 1
+        side.results.put({"error": failure(err, len(seeds))})
 
 
 def failure(err: Exception, workers: int) -> str:
@@ -127,32 +144,84 @@ def failure(err: Exception, workers: int) -> str:
     return f"{type(err).__name__}: {first}"
 
 
-def _processes(
-    cfg: Config, groups: list[list[int]], threads: int, repeats: int, warmup: int
-) -> dict:
-    """One process per group of seeds (one group of K: a pack; K groups of one: K lone
-    workers), timed together; their steps/s summed."""
+class _Side:
+    """One side of the comparison: a process per group of seeds (one group of K: a pack; K
+    groups of one: K lone workers), started once and timed in rounds, all of its processes
+    together, while the other side waits."""
+
+    def __init__(self, ctx, cfg: Config, groups: list[list[int]], threads: int, warmup: int):
+        size = len(groups)
+        self.sync = _Sync(size, ctx.Barrier(size), ctx.Value("i", 0), ctx.Queue())
+        self.commands = [ctx.Queue() for _ in groups]
+        self.procs = [
+            ctx.Process(target=_process, args=(cfg, seeds, threads, warmup, self.sync, commands))
+            for seeds, commands in zip(groups, self.commands)
+        ]
+        for proc in self.procs:
+            proc.start()
+        self.error: str | None = None
+
+    def _collect(self) -> list[dict]:
+        out = [self.sync.results.get(timeout=PROCESS_TIMEOUT_S) for _ in self.procs]
+        self.error = self.error or next((r["error"] for r in out if "error" in r), None)
+        return out
+
+    def ready(self) -> None:
+        """Wait until every process has warmed up (or one has failed: self.error)."""
+        self._collect()
+
+    def round(self, repeats: int) -> dict | None:
+        """Time `repeats` steps of every process at once; their steps/s summed (None after a
+        failure)."""
+        if self.error:
+            return None
+        for commands in self.commands:
+            commands.put(repeats)
+        out = self._collect()
+        self.sync.done.value = 0  # every process has put its result: none is still stepping
+        if self.error:
+            return None
+        return {
+            "steps_per_s": sum(r["steps_per_s"] for r in out),
+            **{f: statistics.median(r[f] for r in out) for f in ("env_ms", "plan_ms", "update_ms")},
+        }
+
+    def close(self) -> None:
+        for commands in self.commands:
+            commands.put(0)
+        for proc in self.procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _compare(
+    cfg: Config,
+    sides: dict[str, tuple[list[list[int]], int]],
+    repeats: int,
+    warmup: int,
+    rounds: int,
+) -> dict[str, list[dict] | str]:
+    """{side: its rounds' results, or its error}: the sides ({name: (groups of seeds,
+    threads per process)}) all started and warmed up, then timed in turn, round after round,
+    so that a slow spell of a shared machine falls on both."""
     ctx = mp.get_context("spawn")
-    k = len(groups)
-    barrier, done, results = ctx.Barrier(k), ctx.Value("i", 0), ctx.Queue()
-    args = (threads, repeats, warmup, barrier, done, results)
-    procs = [ctx.Process(target=_process, args=(cfg, seeds, *args)) for seeds in groups]
-    for p in procs:
-        p.start()
-    try:
-        out = [results.get(timeout=PROCESS_TIMEOUT_S) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    errors = [r["error"] for r in out if "error" in r]
-    if errors:
-        return {"error": errors[0]}
-    return {
-        "steps_per_s": sum(r["steps_per_s"] for r in out),
-        **{f: statistics.median(r[f] for r in out) for f in ("env_ms", "plan_ms", "update_ms")},
+    started = {
+        name: _Side(ctx, cfg, groups, threads, warmup) for name, (groups, threads) in sides.items()
     }
+    try:
+        for side in started.values():
+            side.ready()
+        timed: dict[str, list[dict]] = {name: [] for name in started}
+        for _ in range(rounds):
+            for name, side in started.items():
+                result = side.round(repeats)
+                if result:
+                    timed[name].append(result)
+        return {name: side.error or timed[name] for name, side in started.items()}
+    finally:
+        for side in started.values():
+            side.close()
 
 
 def pack_benchmark(
@@ -162,29 +231,39 @@ def pack_benchmark(
     warmup: int,
     threads: int | None = None,
     processes: bool = True,
+    rounds: int = 3,
 ) -> dict:
     """For each K: K workers as one pack (all the cores) against K processes of one worker
-    each (the cores shared out), both timed for `repeats` steps after `warmup`; without
-    `processes` the packs alone (on a GPU the baseline is the pack of 1: one worker)."""
+    each (the cores shared out), timed in `rounds` alternating rounds of `repeats` steps after
+    `warmup`; without `processes` the packs alone (on a GPU the baseline is the pack of 1: one
+    worker). Each side's figures are the median over its rounds; the ratio is the median of the
+    rounds' ratios, with their range."""
+    if rounds < 1:
+        raise UserError(f"--rounds takes 1 or more rounds, got {rounds}")
     cores = available_cores()
     rows = []
     for k in packs:
         per_process = threads or max(1, cores // k)
         seeds = [cfg.seed + i for i in range(k)]
-        pack = _processes(cfg, [seeds], threads or cores, repeats, max(1, warmup))
-        procs = {"error": "not timed (--pack-only)"}
+        sides = {"pack": ([seeds], threads or cores)}
         if processes:
-            procs = _processes(cfg, [[s] for s in seeds], per_process, repeats, max(1, warmup))
+            sides["processes"] = ([[s] for s in seeds], per_process)
+        timed = _compare(cfg, sides, repeats, max(1, warmup), rounds)
+        timed.setdefault("processes", "not timed (--pack-only)")
         row = {"pack": k, "pack_threads": threads or cores, "process_threads": per_process}
-        for name, part in (("pack", pack), ("processes", procs)):
-            if "error" in part:
-                row[f"{name}_error"] = part["error"]
+        for name, part in timed.items():
+            if isinstance(part, str):
+                row[f"{name}_error"] = part
                 continue
-            row[f"{name}_steps_per_s"] = round(part["steps_per_s"], 2)
-            for f in ("update_ms", "plan_ms", "env_ms"):
-                row[f"{name}_{f}"] = part[f]
+            for f in ("steps_per_s", "update_ms", "plan_ms", "env_ms"):
+                row[f"{name}_{f}"] = round(statistics.median(r[f] for r in part), 3)
         if "pack_steps_per_s" in row and "processes_steps_per_s" in row:
-            row["ratio"] = round(row["pack_steps_per_s"] / row["processes_steps_per_s"], 3)
+            ratios = [
+                a["steps_per_s"] / b["steps_per_s"]
+                for a, b in zip(timed["pack"], timed["processes"])
+            ]
+            row["ratio"] = round(statistics.median(ratios), 3)
+            row["ratio_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
         rows.append(row)
     one = next((r.get("pack_steps_per_s") for r in rows if r["pack"] == 1), None)
     for r in rows:  # the GPU target: a pack of 4 at 3.5x one worker's steps/s or more
@@ -197,6 +276,7 @@ def pack_benchmark(
         "compile": cfg.compile,
         "cores": cores,
         "repeats": repeats,
+        "rounds": rounds,
         "warmup": max(1, warmup),
         "packs": rows,
     }
@@ -206,7 +286,8 @@ def format_pack(result: dict) -> str:
     """The human-readable table of pack_benchmark's result."""
     lines = [
         f"pack against processes: {result['task']}, {result['model_size']}M, {result['device']}, "
-        f"{result['cores']} cores, {result['repeats']} timed steps after {result['warmup']}"
+        f"{result['cores']} cores, {result['rounds']} alternating rounds of {result['repeats']} "
+        f"timed steps after {result['warmup']}"
     ]
     for r in result["packs"]:
         k = r["pack"]
@@ -219,7 +300,10 @@ def format_pack(result: dict) -> str:
             f"{r['processes_steps_per_s']} as {k} process{'es' if k > 1 else ''} "
             f"({r['process_threads']} threads each)"
         )
-        ratio = f", pack/processes {r['ratio']}" if "ratio" in r else ""
+        ratio = ""
+        if "ratio" in r:
+            low, high = r["ratio_range"]
+            ratio = f", pack/processes {r['ratio']} (rounds {low}-{high})"
         one = f", {r['vs_one_worker']}x one worker" if "vs_one_worker" in r else ""
         lines.append(f"K={k}: {pack}; {procs}{ratio}{one}")
     return "\n".join(lines)

@@ -10,7 +10,6 @@ from conftest import random_batch, tiny_config, tiny_run
 
 import agent.agent as agent_module
 from agent.agent import TDMPC2, clip_per_worker
-from agent.layers import Layer
 from workers.merge import average_states, distance
 from workers.trainer import Trainer
 
@@ -52,11 +51,11 @@ def _moments(agent, worker):
     return out
 
 
-@pytest.mark.parametrize("batched", [False, True], ids=["per-worker", "batched"])
+@pytest.mark.parametrize("batched", [False, True], ids=["threads", "batched"])
 def test_a_pack_learns_and_plans_as_separate_agents_of_its_seeds(batched, monkeypatch):
     # batched: every layer as one bmm over the workers, as on a GPU (on a CPU a pack runs
-    # its layers one worker at a time).
-    monkeypatch.setattr(Layer, "cpu_per_worker", not batched)
+    # each worker on a thread of its own).
+    monkeypatch.setattr(TDMPC2, "cpu_threads", not batched)
     cfg = _cfg()
     pack = TDMPC2(cfg, OBS, ACT, seeds=SEEDS)
     lone = [TDMPC2(dataclasses.replace(cfg, seed=s), OBS, ACT) for s in SEEDS]

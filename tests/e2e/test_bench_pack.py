@@ -18,18 +18,20 @@ TINY = (
 
 def test_pack_against_processes_reports_each_pack_size(capsys):
     argv = ["bench", "--pack", "1,2", "--repeats", "2", "--warmup", "1", "--threads", "1"]
-    assert main([*argv, "--json", *TINY]) == 0
+    assert main([*argv, "--rounds", "2", "--json", *TINY]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["model_size"], result["device"], result["repeats"]) == (1, "cpu", 2)
+    assert result["rounds"] == 2
     assert [r["pack"] for r in result["packs"]] == [1, 2]
     for row in result["packs"]:
         assert "pack_error" not in row and "processes_error" not in row
         for side in ("pack", "processes"):
             assert row[f"{side}_steps_per_s"] > 0
             assert min(row[f"{side}_{f}"] for f in ("update_ms", "plan_ms", "env_ms")) > 0
-        assert row["ratio"] == pytest.approx(
-            row["pack_steps_per_s"] / row["processes_steps_per_s"], rel=0.01
-        )
+        # The median of the rounds' ratios: of two rounds, their mean.
+        low, high = row["ratio_range"]
+        assert low <= row["ratio"] <= high
+        assert row["ratio"] == pytest.approx((low + high) / 2, abs=0.002)
         assert row["pack_threads"] == row["process_threads"] == 1
 
 
@@ -49,10 +51,11 @@ def test_a_pack_out_of_memory_is_a_line_not_a_crash(tiny_cfg, monkeypatch):
     assert bench_pack.failure(ValueError("bad"), 2) == "ValueError: bad"
     lone = {"steps_per_s": 3.0, "env_ms": 1.0, "plan_ms": 2.0, "update_ms": 3.0}
 
-    def processes(cfg, groups, *args):  # the pack's process failed, the lone ones ran
-        return {"error": bench_pack.failure(oom, 16)} if len(groups) == 1 else lone
+    def compare(cfg, sides, *args):  # the pack's process failed, the lone ones ran
+        assert [len(groups) for groups, _ in sides.values()] == [1, 16]
+        return {"pack": bench_pack.failure(oom, 16), "processes": [lone, lone]}
 
-    monkeypatch.setattr(bench_pack, "_processes", processes)
+    monkeypatch.setattr(bench_pack, "_compare", compare)
     result = bench_pack.pack_benchmark(tiny_cfg, [16], repeats=1, warmup=1, threads=1)
     row = result["packs"][0]
     assert row["pack_error"].startswith("pack of 16 does not fit: CUDA out of memory")
@@ -65,3 +68,8 @@ def test_pack_sizes_are_checked():
     for bad in ("", "1,x", "0,2"):
         with pytest.raises(UserError, match="--pack"):
             bench_pack.parse_packs(bad)
+
+
+def test_rounds_are_checked(tiny_cfg):
+    with pytest.raises(UserError, match="--rounds"):
+        bench_pack.pack_benchmark(tiny_cfg, [1], repeats=1, warmup=1, rounds=0)
