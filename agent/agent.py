@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
 from agent.math import TwoHot, percentile_range
 from agent.noise import PackNoise
+from agent.optim_step import adam_step, init_adam_state
 from agent.pack_state import PackState
 from agent.pack_threads import WorkerThreads
 from agent.planner import PlanKnobs, plan
@@ -90,13 +92,24 @@ class TDMPC2(PackState):
         self._warm_mean: torch.Tensor | None = None
         self._update_fn = self._update
         self._plan_fn = plan
+        self.fused_update = False  # the update as one graph (see _compile)
         if self.compiled:
             # Compiled graphs are cached across runs (torch's FX graph cache) in the user's
             # cache folder, which outlives /tmp: a second run skips most of the compiling.
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE))
-            # One compiled graph for the whole pack: P workers cost one set of launches.
-            self._update_fn = torch.compile(self._update, mode="reduce-overhead")
-            self._plan_fn = torch.compile(plan, mode="reduce-overhead")
+            self._compile("reduce-overhead")
+
+    def _compile(self, mode: str | None) -> None:
+        """Compile the plan and the update for the whole pack (P workers, one set of launches),
+        each as one graph: the update's backward calls are traced into it (trace_autograd_ops)
+        and its Adam steps are adam_step's, on state made now (agent/optim_step.py). Should the
+        update not compile whole, update() falls back to the graph-broken one."""
+        self.compiled, self.fused_update, self._mode = True, True, mode
+        init_adam_state(self.optim)
+        init_adam_state(self.pi_optim)
+        update = torch.compile(self._update, mode=mode, fullgraph=True)
+        self._update_fn = torch._dynamo.config.patch(trace_autograd_ops=True)(update)
+        self._plan_fn = torch.compile(plan, mode=mode, fullgraph=True)
 
     def _build_model(self) -> WorldModel:
         """Worker k's networks start as those of a lone agent seeded seeds[k]."""
@@ -244,8 +257,12 @@ class TDMPC2(PackState):
         """Clip each worker's gradient and take one Adam step; the (P,) norms before clipping."""
         params = [p for g in optim.param_groups for p in g["params"]]
         norms = clip_per_worker(params, self.cfg.grad_clip_norm)
-        optim.step()
-        optim.zero_grad(set_to_none=True)
+        if self.fused_update:
+            adam_step(optim)  # in the update's one graph (torch.optim breaks it at each step)
+        else:
+            optim.step()
+        for p in params:  # zero_grad(set_to_none=True), which torch.compile will not trace
+            p.grad = None
         return norms
 
     def _model_loss(self, m: WorldModel, noise: PackNoise, obs, action, reward, terminated):
@@ -338,6 +355,21 @@ class TDMPC2(PackState):
         with self._autocast():
             if self.compiled:
                 torch.compiler.cudagraph_mark_step_begin()
-            info = self._update_fn(*batch)
+            try:
+                info = self._update_fn(*batch)
+            except torch._dynamo.exc.TorchDynamoException as err:
+                # Raised while compiling, before anything ran: fall back to the update with
+                # graph breaks at backward and at torch.optim's steps (slower, the same math).
+                if not self.fused_update:
+                    raise
+                first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+                warnings.warn(
+                    f"the update does not compile as one graph ({first}); "
+                    "compiling it with graph breaks instead",
+                    stacklevel=2,
+                )
+                self.fused_update = False
+                self._update_fn = torch.compile(self._update, mode=self._mode)
+                info = self._update_fn(*batch)
         info = {k: v.clone() for k, v in info.items()} if self.compiled else info
         return info if packed else {k: v[0] for k, v in info.items()}

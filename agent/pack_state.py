@@ -15,6 +15,7 @@ import torch
 from agent.config import Config
 from agent.errors import WeightsError
 from agent.noise import PackNoise
+from agent.optim_step import init_adam_state
 from agent.world_model import WorldModel
 
 State = dict[str, torch.Tensor]
@@ -43,6 +44,7 @@ class PackState:
     obs_dim: int
     action_dim: int
     pack: int
+    compiled: bool
 
     @torch.no_grad()
     def merge_workers(self, workers: Sequence[int]) -> PackMerge | None:
@@ -139,8 +141,10 @@ class PackState:
         theirs = self.checked_model_state(state.get("model", {}))
         self.load_model_state(theirs, [worker])
         if not weights_only:
-            _load_optim_slice(self.optim, worker, state["optim"])
-            _load_optim_slice(self.pi_optim, worker, state["pi_optim"])
+            for optim, theirs in ((self.optim, state["optim"]), (self.pi_optim, state["pi_optim"])):
+                _load_optim_slice(optim, worker, theirs)
+                if self.compiled:  # new state tensors: static again for the CUDA graphs
+                    init_adam_state(optim)
             if "noise" in state:
                 self.noise.set_state(worker, state["noise"])
 
