@@ -14,14 +14,15 @@ import contextlib
 import os
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
-from agent.math import TwoHot, percentile_range
+from agent.losses import policy_loss, world_model_loss
+from agent.math import TwoHot
 from agent.noise import PackNoise
 from agent.optim_step import adam_step, init_adam_state
 from agent.pack_state import PackState
@@ -215,16 +216,14 @@ class TDMPC2(PackState):
         return self.threads.map(part, obs, warm, context=self._autocast)
 
     # learning ----------------------------------------------------------------------
-    def _rho_weights(self, horizon: int) -> torch.Tensor:
-        return self.cfg.rho ** torch.arange(horizon, device=self.device, dtype=torch.float32)
-
     def _update(self, obs, action, reward, terminated) -> dict[str, torch.Tensor]:
         """Worker-first batch: obs (P, H+1, B, D), action (P, H, B, A), reward and terminated
         (P, H, B, 1). Each loss is per worker, (P,); their sum is differentiated, which gives
         each worker the gradient of its own loss."""
-        total, out, zs = self._learn(self._model_loss, obs, action, reward, terminated)
+        model_loss = partial(world_model_loss, self.cfg, self.two_hot)
+        total, out, zs = self._learn(model_loss, obs, action, reward, terminated)
         grad_norm = self._step(self.optim)
-        pi_loss, pi_entropy = self._learn(self._pi_loss, zs)
+        pi_loss, pi_entropy = self._learn(partial(policy_loss, self.cfg, self.two_hot), zs)
         pi_grad_norm = self._step(self.pi_optim)
         self.model.update_targets(self.cfg.tau)
         out.update(
@@ -264,79 +263,6 @@ class TDMPC2(PackState):
         for p in params:  # zero_grad(set_to_none=True), which torch.compile will not trace
             p.grad = None
         return norms
-
-    def _model_loss(self, m: WorldModel, noise: PackNoise, obs, action, reward, terminated):
-        """The world model's total loss (P,), its parts, and the latents of the rollout
-        (P, H+1, B, L) detached, for the policy's loss."""
-        cfg, two_hot = self.cfg, self.two_hot
-        p, horizon, batch = action.shape[:3]
-        rho = self._rho_weights(horizon)
-        with torch.no_grad():
-            next_z = m.encode(obs[:, 1:])
-            flat_next = next_z.flatten(1, 2)
-            next_action = m.policy(flat_next, noise.normal(horizon * batch, self.action_dim))
-            target_q = two_hot.decode(
-                m.q_logits((flat_next, next_action.action), noise.q_pair(cfg.num_q), target=True)
-            )
-            next_value = target_q.min(1).values.view(p, horizon, batch, 1)
-            td_target = reward + cfg.gamma * (1 - terminated) * next_value
-
-        z = m.encode(obs[:, 0])
-        zs = [z]
-        consistency = 0.0
-        for t in range(horizon):
-            z = m.next(z, action[:, t])
-            step_mse = F.mse_loss(z, next_z[:, t], reduction="none").mean((1, 2))
-            consistency = consistency + rho[t] * step_mse
-            zs.append(z)
-        zs = torch.stack(zs, dim=1)  # (P, H+1, B, L)
-        flat_z, flat_a = zs[:, :-1].flatten(1, 2), action.flatten(1, 2)
-        reward_ce = two_hot.cross_entropy(m.reward_logits(flat_z, flat_a), reward.flatten(1, 2))
-        q_ce = two_hot.cross_entropy(
-            m.q_logits((flat_z, flat_a)), td_target.flatten(1, 2).unsqueeze(1)
-        )
-        reward_loss = (reward_ce.view(p, horizon, batch).mean(2) * rho).sum(1) / horizon
-        value_loss = (q_ce.view(p, -1, horizon, batch).mean(3) * rho).sum((1, 2)) / (
-            horizon * cfg.num_q
-        )
-        consistency = consistency / horizon
-        total = (
-            cfg.consistency_coef * consistency
-            + cfg.reward_coef * reward_loss
-            + cfg.value_coef * value_loss
-        )
-        out = {
-            "consistency_loss": consistency.detach(),
-            "reward_loss": reward_loss.detach(),
-            "value_loss": value_loss.detach(),
-        }
-        if m.termination is not None:
-            logits = m.termination_logit(zs[:, 1:])
-            termination_loss = F.binary_cross_entropy_with_logits(
-                logits, terminated, reduction="none"
-            ).mean((1, 2, 3))
-            total = total + cfg.termination_coef * termination_loss
-            out["termination_loss"] = termination_loss.detach()
-        return total, out, zs.detach()
-
-    def _pi_loss(self, m: WorldModel, noise: PackNoise, zs: torch.Tensor):
-        """The policy's loss (P,) on the rollout latents, which maximises the scaled mean of two
-        random Qs (moving each worker's Q scale), and its entropy (P,)."""
-        cfg, two_hot = self.cfg, self.two_hot
-        p, steps, batch = zs.shape[:3]
-        pi_z = zs.flatten(1, 2)
-        sample = m.policy(pi_z, noise.normal(pi_z.shape[1], self.action_dim))
-        q_logits = m.q_logits((pi_z, sample.action), noise.q_pair(cfg.num_q), detach=True)
-        q = two_hot.decode(q_logits).mean(1).view(p, steps, batch)
-        with torch.no_grad():
-            spread = percentile_range(q[:, 0]).clamp_min(1.0)
-            # A copy: the pack's workers' scales share one version counter, and a member on
-            # another thread may move its own while this backward still needs this one.
-            scale = m.q_scale.lerp_(spread, cfg.tau).clone()
-        scaled_entropy = sample.scaled_entropy.view(p, steps, batch)
-        objective = cfg.entropy_coef * scaled_entropy + q / scale.view(p, 1, 1)
-        pi_loss = -(objective.mean(2) * self._rho_weights(steps)).mean(1)
-        return pi_loss, -sample.log_prob.view(p, -1).mean(1).detach()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step for every worker. batch: obs (P, H+1, B, D), action (P, H, B, A),

@@ -128,6 +128,7 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
         "compiled": agent.compiled,
+        "update_one_graph": agent.fused_update,  # False: fell back to the graph-broken update
         "compile_error": compile_error,
         "first_call_s": round(first_call_s, 1),
         "bf16": cfg.bf16,
