@@ -17,7 +17,7 @@ if [ "$DEVICE" = cpu ]; then
   # Appended to the commands: the last of a repeated flag wins.
   TINY=(--model-size 1 --batch-size 32 --num-samples 64 --num-elites 8 --num-pi-trajs 4
     --iterations 2 --enc-dim 32 --mlp-dim 64 --latent-dim 32)
-  FEW=(--repeats 2 --warmup 1)
+  FEW=(--repeats 2 --warmup 1 --rounds 2)
   SHORT=(--steps 300 --seed-steps 100 --episode-length 50 --eval-every 150 --eval-episodes 1)
   PACKS=1,2 PACKS_VS=1,2 WORKERS=(--workers 2 --pack 2)
 else

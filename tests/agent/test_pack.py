@@ -307,3 +307,26 @@ def test_a_pack_refuses_observations_for_another_number_of_workers():
     batch = [torch.zeros(2, *shape) for shape in ((3, 4, OBS), (2, 4, ACT), (2, 4, 1), (2, 4, 1))]
     with pytest.raises(ValueError, match="pack of 3 updates"):
         pack.update(tuple(batch))
+
+
+def test_a_cpu_pack_workers_threads_see_the_packs_weights_in_place():
+    # A worker's thread runs a lone model over views of the pack's weights: merges and Adam
+    # steps, all in place on the pack, reach it with nothing copied.
+    cfg = _cfg()
+    pack = TDMPC2(cfg, OBS, ACT, seeds=SEEDS)
+    assert pack.threads is not None and len(pack.threads.members) == len(SEEDS)
+    member = pack.threads.members[1]
+
+    def same_as_worker_1():  # the member's tensors are a lone agent's: (1, ...)
+        mine = member.state_dict()
+        return all(torch.equal(mine[k][0], v) for k, v in pack.model_state(1).items())
+
+    assert same_as_worker_1()
+    pack.update(_stack([_batch(cfg, k) for k in range(len(SEEDS))]))
+    assert same_as_worker_1()
+    before = member.state_dict()["encoder.layers.0.weight"].clone()
+    pack.merge_workers([0, 1, 2])
+    assert same_as_worker_1() and not torch.equal(
+        before, pack.model_state(1)["encoder.layers.0.weight"]
+    )
+    assert all(p.grad is None for p in member.parameters())  # gathered into the pack's
