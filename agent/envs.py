@@ -169,3 +169,13 @@ def make_vector_env(
     if asynchronous:
         return AsyncVectorEnv(factories, context="spawn", autoreset_mode=AutoresetMode.SAME_STEP)
     return SyncVectorEnv(factories, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def start_step(env: VectorEnv, action: np.ndarray) -> Callable[[], tuple]:
+    """Start a step of `env`; the call returned finishes it and returns what step() returns.
+    Subprocess envs step while the caller goes on (the update runs meanwhile); in-process envs
+    step when the call is made."""
+    if isinstance(env, AsyncVectorEnv):
+        env.step_async(action)
+        return env.step_wait
+    return lambda: env.step(action)

@@ -21,7 +21,7 @@ import torch
 from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of, to_dict
-from agent.envs import make_env, make_vector_env
+from agent.envs import make_env, make_vector_env, start_step
 from workers.progress import Progress
 from workers.records import Episode, Eval, Record, Stop, Train
 from workers.rundir import RunDir, save_state
@@ -366,8 +366,18 @@ class Trainer:
             self._pretrain(seed_steps)
         while self.step < cfg.steps:
             action = self._act(obs, t0).astype(np.float32)
-            obs, reward, terminated, truncated, info = env.step(action)
+            # The envs step (in their processes, where cores allow) while this step's update
+            # runs: the reference's order too, whose update does not yet see an episode that
+            # ends in this step. Pretraining waits for the step: it sees every seed episode.
+            finish_step = start_step(env, action)
             self.step += n
+            ready = self.step >= seed_steps and all(m.buffer.can_sample() for m in self.members)
+            if ready and self.pretrained:
+                self.update_credit += n / self.agent.cfg.steps_per_update
+                count = int(self.update_credit)
+                self.update_credit -= count
+                self._update(count)
+            obs, reward, terminated, truncated, info = finish_step()
             done = terminated | truncated
             for k, m in enumerate(self.members):
                 for i, ep in enumerate(m.episodes):
@@ -381,14 +391,9 @@ class Trainer:
                     else:
                         ep.obs.append(obs[j])
             t0 = torch.from_numpy(done)
-            if self.step >= seed_steps and all(m.buffer.can_sample() for m in self.members):
-                if not self.pretrained:
+            if not self.pretrained and self.step >= seed_steps:
+                if all(m.buffer.can_sample() for m in self.members):
                     self._pretrain(seed_steps)
-                else:
-                    self.update_credit += n / self.agent.cfg.steps_per_update
-                    count = int(self.update_credit)
-                    self.update_credit -= count
-                    self._update(count)
             # Until the first update: random seed steps, or (weights from elsewhere, see
             # start_at) acting while the buffer fills.
             self.progress.phase("training" if self.pretrained else "seeding")
