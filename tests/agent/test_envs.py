@@ -3,7 +3,7 @@ import os
 import numpy as np
 import pytest
 
-from agent.envs import make_env, make_vector_env, resolve_task, task_names
+from agent.envs import make_env, make_vector_env, resolve_task, start_step, task_names
 from agent.errors import ConfigError
 
 
@@ -77,3 +77,23 @@ def test_vector_env_resets_finished_envs_and_keeps_final_obs():
     assert truncated.all() and info["final_obs"][0].shape == (5,)
     assert not np.array_equal(info["final_obs"][0], obs[0])
     env.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["in-process", "subprocesses"])
+def test_a_started_step_finishes_as_a_plain_step(asynchronous):
+    # The trainer starts the envs' step, updates meanwhile, then finishes it: the same
+    # transition as a plain step, whichever kind of vector env it is.
+    started = make_vector_env("cartpole-balance", 2, seed=3, asynchronous=asynchronous)
+    plain = make_vector_env("cartpole-balance", 2, seed=3, asynchronous=False)
+    action = np.array([[0.5], [-0.5]], np.float32)
+    try:
+        for env in (started, plain):
+            env.reset(seed=[3, 4])
+        finish = start_step(started, action)
+        expected = plain.step(action)
+        got = finish()
+        for a, b in zip(got[:4], expected[:4]):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        started.close()
+        plain.close()
