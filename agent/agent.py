@@ -5,7 +5,9 @@ PackState's (agent/pack_state.py).
 A pack holds P workers' networks stacked on a leading dimension (agent/layers.py). Each worker
 keeps its own seed and random stream (agent/noise.py), Adam moments (Adam is element-wise, so
 one Adam over stacked weights is P Adams), running Q scale, warm-start mean and gradient clip
-(the norm of its own gradient). P = 1 is one agent, and its saved state is the same.
+(the norm of its own gradient). P = 1 is one agent, and its saved state is the same. The losses
+are agent/losses.py's; on a CPU each worker computes them and plans on a thread of its own
+(agent/pack_threads.py), on a GPU the pack's plan and update are one compiled graph each.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@ lone agent's networks over that worker's slice of the pack's stacked weights.
 
 Why threads: on a CPU a bmm over the pack costs more than its workers' plain matmuls, and one
 worker after another gets the second core only through torch's intra-op threads (2 threads
-worth 1.5-1.8x one), while K processes use every core whole: a pack measured 0.69-0.88x the
-speed of processes on 2 cores. Torch releases the GIL inside its kernels and a CPU backward
-runs on the thread that calls it, so workers on threads use the cores as processes do (2 lone
-1M agents on 2 threads: 0.98x two processes; BENCHMARKS.md "Packs").
+worth 1.5-1.8x one). Torch releases the GIL inside its kernels and a CPU backward runs on the
+thread that calls it, so workers on threads use every core; what they still share is the GIL
+for the Python between the ops. On 2 cores a pack of 2 went from 0.70x to 0.87x the speed of
+2 processes (1M; 5M: 0.84x to 0.91x; BENCHMARKS.md "Packs").
 
 A member's networks are views of slice k of the pack's tensors: the pack's Adam steps, merges
 and loads (all in place) are what the members see, with nothing copied. Each member's gradient
