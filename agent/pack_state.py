@@ -141,8 +141,8 @@ class PackState:
         theirs = self.checked_model_state(state.get("model", {}))
         self.load_model_state(theirs, [worker])
         if not weights_only:
-            for optim, theirs in ((self.optim, state["optim"]), (self.pi_optim, state["pi_optim"])):
-                _load_optim_slice(optim, worker, theirs)
+            for optim, saved in ((self.optim, state["optim"]), (self.pi_optim, state["pi_optim"])):
+                _load_optim_slice(optim, worker, saved)
                 if self.compiled:  # new state tensors: static again for the CUDA graphs
                     init_adam_state(optim)
             if "noise" in state:

@@ -48,7 +48,7 @@ def member_model(pack_model: WorldModel, worker: int, generator: torch.Generator
                 module._buffers[key] = buffer[worker : worker + 1]
         if isinstance(module, Layer):
             module.generator = generator
-    return lone
+    return lone.train(pack_model.training)  # its targets in eval mode, as WorldModel.train sets
 
 
 def cat_results(parts: Sequence[Any]) -> Any:
@@ -100,7 +100,8 @@ class WorkerThreads:
 
         def run(k: int) -> Any:
             member = self.members[k]
-            member.train(training)
+            if member.training != training:  # train() walks every submodule: only on a change
+                member.train(training)
             with torch.set_grad_enabled(grad), context():
                 return fn(member, self.noises[k], *(x[k : k + 1] for x in inputs))
 

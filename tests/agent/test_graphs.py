@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import random_batch, tiny_config
 
 from agent.agent import TDMPC2
 from agent.noise import PackNoise
@@ -36,14 +36,9 @@ def test_the_pack_plan_is_one_graph(monkeypatch):
 
 
 def _batch(agent, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    h, b, p = agent.cfg.horizon, agent.cfg.batch_size, agent.pack
-    return (
-        torch.randn(p, h + 1, b, OBS, generator=g),
-        torch.rand(p, h, b, ACT, generator=g) * 2 - 1,
-        torch.rand(p, h, b, 1, generator=g),
-        torch.zeros(p, h, b, 1),
-    )
+    """A pack's batch: each worker's from conftest's random_batch."""
+    parts = [random_batch(agent.cfg, OBS, ACT, 10 * seed + k) for k in range(agent.pack)]
+    return tuple(torch.stack(column) for column in zip(*parts))
 
 
 def test_the_pack_update_is_one_graph(monkeypatch):
