@@ -277,7 +277,9 @@ class Run(WorkerMonitor, BaseRun):
         """Ask every worker to stop (each writes a checkpoint), then wait for them."""
         self._stop.set()
         self._pause.clear()
-        if self._monitor is not None:
+        # A Ctrl+C can land inside the monitor's start(): a thread not yet running is not
+        # joined (it sees the stop as soon as it runs).
+        if self._monitor is not None and self._monitor.ident is not None:
             self._monitor.join(5)
         self.stop_player()
         deadline = time.monotonic() + timeout
