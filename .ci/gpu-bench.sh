@@ -56,7 +56,8 @@ fi
 if has learn; then # the authors' cartpole-balance protocol: 1M, 3 eval episodes every 1k steps
   limit "${LEARN_S:-200}" $PY launch.py --headless --device "$DEVICE" --task cartpole-balance \
     --model-size 1 --steps 6000 --eval-every 1000 --eval-episodes 3 --quiet \
-    --run-dir "$OUT/learn-cartpole-balance" "${TINY[@]}" "${SHORT[@]}" 2>&1 | tail -3
+    --run-dir "$OUT/learn-cartpole-balance" "${TINY[@]}" "${SHORT[@]}" 2>&1 |
+    tee "$OUT/learn-cartpole-balance.log" | tail -3
   grep -s '"eval"' "$OUT/learn-cartpole-balance/metrics.jsonl" | cut -c1-160
 fi
 if has pack; then
@@ -71,7 +72,9 @@ fi
 if has walker; then # learning with a pack of 4 workers in one process, for as long as is left
   limit 600 $PY launch.py --headless --device "$DEVICE" --task walker-walk "${WORKERS[@]}" \
     --steps 50000 --eval-every 5000 --eval-episodes 3 --quiet --run-dir "$OUT/walker-pack4" \
-    "${TINY[@]}" "${SHORT[@]}" 2>&1 | tail -3
+    "${TINY[@]}" "${SHORT[@]}" 2>&1 | tee "$OUT/walker-pack4.log" | tail -3
   grep -s '"eval"' "$OUT"/walker-pack4/worker-*.jsonl | cut -c1-200 | tee "$OUT/walker-pack4.txt"
 fi
+# Why any compiled graph ran without CUDA graphs (the bench JSON has them per run as well).
+grep -hs "skipping cudagraphs" "$OUT"/*.log | sort | uniq -c | tee "$OUT/cudagraph-skips.txt"
 echo "gpu-bench: ${SECONDS}s of ${BUDGET_S}s, results in $OUT"

@@ -26,6 +26,7 @@ from agent.agent import TDMPC2, resolve_device
 from agent.config import Config
 from agent.envs import make_vector_env
 from agent.errors import UserError
+from bench.graph_skips import cudagraph_skips
 from bench.speed import filled_buffer
 from workers.threads import apply_threads, available_cores
 
@@ -117,9 +118,10 @@ def _process(
     try:
         apply_threads(threads)
         loop = _Loop(cfg, seeds)
-        for _ in range(warmup):
-            loop.step()
-        side.results.put({"ready": True})
+        with cudagraph_skips() as skips:  # compiling happens in the warm-up
+            for _ in range(warmup):
+                loop.step()
+        side.results.put({"ready": True, "cudagraph_skips": skips})
         while (repeats := commands.get(timeout=PROCESS_TIMEOUT_S)) > 0:
             side.barrier.wait(timeout=PROCESS_TIMEOUT_S)
             result = _timed(loop, repeats)
@@ -160,6 +162,7 @@ class _Side:
         for proc in self.procs:
             proc.start()
         self.error: str | None = None
+        self.skips: list[str] = []  # why its compiled graphs did not replay as CUDA graphs
 
     def _collect(self) -> list[dict]:
         out = [self.sync.results.get(timeout=PROCESS_TIMEOUT_S) for _ in self.procs]
@@ -168,7 +171,8 @@ class _Side:
 
     def ready(self) -> None:
         """Wait until every process has warmed up (or one has failed: self.error)."""
-        self._collect()
+        out = self._collect()
+        self.skips = sorted({s for r in out for s in r.get("cudagraph_skips", [])})
 
     def round(self, repeats: int) -> dict | None:
         """Time `repeats` steps of every process at once; their steps/s summed (None after a
@@ -184,6 +188,7 @@ class _Side:
         return {
             "steps_per_s": sum(r["steps_per_s"] for r in out),
             **{f: statistics.median(r[f] for r in out) for f in ("env_ms", "plan_ms", "update_ms")},
+            "cudagraph_skips": self.skips,
         }
 
     def close(self) -> None:
@@ -257,6 +262,7 @@ def pack_benchmark(
                 continue
             for f in ("steps_per_s", "update_ms", "plan_ms", "env_ms"):
                 row[f"{name}_{f}"] = round(statistics.median(r[f] for r in part), 3)
+            row[f"{name}_cudagraph_skips"] = part[0].get("cudagraph_skips", [])
         if "pack_steps_per_s" in row and "processes_steps_per_s" in row:
             ratios = [
                 a["steps_per_s"] / b["steps_per_s"]
@@ -306,4 +312,6 @@ def format_pack(result: dict) -> str:
             ratio = f", pack/processes {r['ratio']} (rounds {low}-{high})"
         one = f", {r['vs_one_worker']}x one worker" if "vs_one_worker" in r else ""
         lines.append(f"K={k}: {pack}; {procs}{ratio}{one}")
+        if r.get("pack_cudagraph_skips"):
+            lines.append(f"  CUDA graphs skipped: {'; '.join(r['pack_cudagraph_skips'])}")
     return "\n".join(lines)

@@ -4,10 +4,12 @@ import json
 
 import pytest
 import torch
+from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
 from agent.errors import UserError
 from bench import pack as bench_pack
 from bench.cli import main
+from bench.graph_skips import cudagraph_skips
 
 TINY = (
     "--task cartpole-balance --model-size 1 --device cpu --enc-dim 32 --mlp-dim 64 "
@@ -33,6 +35,9 @@ def test_pack_against_processes_reports_each_pack_size(capsys):
         assert low <= row["ratio"] <= high
         assert row["ratio"] == pytest.approx((low + high) / 2, abs=0.002)
         assert row["pack_threads"] == row["process_threads"] == 1
+        # Nothing compiled on a CPU: no CUDA graph could be skipped (the list came back from
+        # the spawned processes).
+        assert row["pack_cudagraph_skips"] == row["processes_cudagraph_skips"] == []
 
 
 def test_packs_alone_are_compared_with_one_worker(capsys):
@@ -73,3 +78,22 @@ def test_pack_sizes_are_checked():
 def test_rounds_are_checked(tiny_cfg):
     with pytest.raises(UserError, match="--rounds"):
         bench_pack.pack_benchmark(tiny_cfg, [1], repeats=1, warmup=1, rounds=0)
+
+
+def test_skipped_cuda_graphs_are_collected_and_reported(tiny_cfg, monkeypatch):
+    with cudagraph_skips() as skips:  # what Inductor calls when a graph cannot be captured
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (2)")
+    log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device")  # after: not kept
+    assert skips == ["skipping cudagraphs due to mutated inputs (2)"]
+
+    reason = "skipping cudagraphs due to mutated inputs (2)"
+    timed = {"steps_per_s": 3.0, "env_ms": 1.0, "plan_ms": 2.0, "update_ms": 3.0}
+    monkeypatch.setattr(
+        bench_pack,
+        "_compare",
+        lambda *args: {"pack": [{**timed, "cudagraph_skips": [reason]}], "processes": [timed]},
+    )
+    result = bench_pack.pack_benchmark(tiny_cfg, [2], repeats=1, warmup=1, threads=1)
+    assert result["packs"][0]["pack_cudagraph_skips"] == [reason]
+    assert result["packs"][0]["processes_cudagraph_skips"] == []
+    assert f"CUDA graphs skipped: {reason}" in bench_pack.format_pack(result)

@@ -142,6 +142,7 @@ def test_bench_json_has_the_promised_fields():
         "fraction_of_matmul_rate",
     ):
         assert data[key] > 0, key
+    assert data["compiled"] is False and data["cudagraph_skips"] == []  # nothing compiled on CPU
 
 
 def test_window_refuses_bad_input_before_it_opens(tmp_path, monkeypatch):
