@@ -5,8 +5,9 @@ Why threads: on a CPU a bmm over the pack costs more than its workers' plain mat
 worker after another gets the second core only through torch's intra-op threads (2 threads
 worth 1.5-1.8x one). Torch releases the GIL inside its kernels and a CPU backward runs on the
 thread that calls it, so workers on threads use every core; what they still share is the GIL
-for the Python between the ops. On 2 cores a pack of 2 went from 0.70x to 0.87x the speed of
-2 processes (1M; 5M: 0.84x to 0.91x; BENCHMARKS.md "Packs").
+for the Python between the ops, whose hand-offs make that Python run about 4x slower on two
+threads than in one. On 2 cores a pack of 2 went from 0.70x to 0.87x the speed of 2 processes
+(1M; 5M: 0.84x to 0.91x; BENCHMARKS.md "Packs"), short of processes: the CPU default.
 
 A member's networks are views of slice k of the pack's tensors: the pack's Adam steps, merges
 and loads (all in place) are what the members see, with nothing copied. Each member's gradient
