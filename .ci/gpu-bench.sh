@@ -19,10 +19,10 @@ if [ "$DEVICE" = cpu ]; then
     --iterations 2 --enc-dim 32 --mlp-dim 64 --latent-dim 32)
   FEW=(--repeats 2 --warmup 1 --rounds 2)
   SHORT=(--steps 300 --seed-steps 100 --episode-length 50 --eval-every 150 --eval-episodes 1)
-  PACKS=1,2 PACKS_VS=1,2 WORKERS=(--workers 2 --pack 2)
+  PACKS=1,2 PACKS_VS=1,2 WORKERS=(--workers 2 --pack 2) RESUME_STEPS=400
 else
   OUT=${OUT:-gpu-results} BUDGET_S=${BUDGET_S:-570} CAP_S=600 TINY=() FEW=() SHORT=()
-  PACKS=1,4,8,16 PACKS_VS=1,4 WORKERS=(--workers 4 --pack 4)
+  PACKS=1,4,8,16 PACKS_VS=1,4 WORKERS=(--workers 4 --pack 4) RESUME_STEPS=50000
 fi
 mkdir -p "$OUT"
 if [ -d .whl ]; then
@@ -70,9 +70,16 @@ if has pack; then
     tee "$OUT/pack-vs-processes.json"
 fi
 if has walker; then # learning with a pack of 4 workers in one process, for as long as is left
-  limit 600 $PY launch.py --headless --device "$DEVICE" --task walker-walk "${WORKERS[@]}" \
-    --steps 50000 --eval-every 5000 --eval-episodes 3 --quiet --run-dir "$OUT/walker-pack4" \
-    "${TINY[@]}" "${SHORT[@]}" 2>&1 | tee "$OUT/walker-pack4.log" | tail -3
+  # less 100 s: the stopped run (a checkpoint per worker) is then resumed for 60 s, the check
+  # that a compiled pack's checkpoints load on the GPU.
+  limit $((BUDGET_S - SECONDS - 140)) $PY launch.py --headless --device "$DEVICE" \
+    --task walker-walk "${WORKERS[@]}" --steps 50000 --eval-every 5000 --eval-episodes 3 \
+    --quiet --run-dir "$OUT/walker-pack4" "${TINY[@]}" "${SHORT[@]}" 2>&1 |
+    tee "$OUT/walker-pack4.log" | tail -3
+  limit 60 $PY launch.py --headless --resume "$OUT/walker-pack4" --steps "$RESUME_STEPS" \
+    --quiet 2>&1 | tee "$OUT/walker-resume.log" | tail -3
+  grep -hs '"resumed"\|"error"\|"crashed"' "$OUT"/walker-pack4/worker-*.jsonl | cut -c1-300 |
+    tee "$OUT/walker-resume.txt"
   grep -s '"eval"' "$OUT"/walker-pack4/worker-*.jsonl | cut -c1-200 | tee "$OUT/walker-pack4.txt"
 fi
 # Why any compiled graph ran without CUDA graphs (the bench JSON has them per run as well).

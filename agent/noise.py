@@ -6,12 +6,18 @@ dropout masks are the exception: a lone agent draws them from torch's global gen
 pack's worker from its own stream (agent/pack_threads.py), a GPU pack for all workers at once.
 Inside a captured CUDA graph one call per draw matters more than separate streams: there the pack
 draws (P, ...) at once from the device's generator (`shared`), still independent per worker,
-but no longer the same numbers as a lone agent of the same seed.
+but no longer the same numbers as a lone agent of the same seed. Its saved state is then that
+generator's, so a resumed compiled pack goes on with the numbers it would have drawn.
+
+A state saved on another kind of device (a run started on a GPU, resumed on a CPU) cannot be
+loaded into this device's generator (each kind has its own algorithm): the stream is then
+seeded from the saved state's bytes, the same way every time, and the run goes on.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -55,8 +61,25 @@ class PackNoise:
         one.pack, one.generators = 1, [self.generators[worker]]
         return one
 
+    def _generator(self, worker: int) -> torch.Generator:
+        """Where worker `worker`'s numbers come from: its own stream, or the device's (shared)."""
+        if not self.shared:
+            return self.generators[worker]
+        if self.device.type == "cuda":
+            torch.cuda.init()  # fills default_generators (a no-op once CUDA is up)
+            index = self.device.index
+            return torch.cuda.default_generators[
+                torch.cuda.current_device() if index is None else index
+            ]
+        return torch.default_generator
+
     def get_state(self, worker: int) -> torch.Tensor:
-        return self.generators[worker].get_state()
+        return self._generator(worker).get_state()
 
     def set_state(self, worker: int, state: torch.Tensor) -> None:
-        self.generators[worker].set_state(state)
+        generator, state = self._generator(worker), state.cpu()  # states live on the CPU
+        if state.numel() == generator.get_state().numel():
+            generator.set_state(state)
+        else:  # another kind of device's state: a stream of its own, the same on every load
+            digest = hashlib.sha256(state.numpy().tobytes()).digest()
+            generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -112,10 +112,11 @@ def save_checkpoint(path: str | Path, state: dict | bytes) -> None:
     atomic_write_bytes(path, data, keep_previous=previous_path(path))
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[dict, Path, str]:
+def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
     """The newest complete checkpoint: `path`, or if it is missing or damaged (a crash while it
     was copied, a truncated file) the previous one. Returns (state, the file used, why the
-    newer one was passed over or ""); WeightsError if neither is readable."""
+    newer one was passed over or ""); WeightsError if neither is readable. Loaded on the CPU
+    (random generators' states are only taken from there)."""
     path = Path(path)
     problems = []
     for candidate in (path, previous_path(path)):
@@ -123,7 +124,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tup
             problems.append(f"{candidate.name} is missing")
             continue
         try:
-            state = load_state(candidate, device)
+            state = load_state(candidate)
         except WeightsError as err:
             problems.append(str(err))
             continue

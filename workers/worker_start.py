@@ -23,8 +23,10 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int,
     run = trainer.members[k].run_dir
     ckpt = checkpoint_path(spec.run_path, spec.index)
     if spec.resume and (ckpt.exists() or previous_path(ckpt).exists()):
-        # The newest complete checkpoint: a damaged one falls back to the previous.
-        state, used, passed_over = load_checkpoint(ckpt, trainer.agent.device)
+        # The newest complete checkpoint: a damaged one falls back to the previous. Loaded
+        # on the CPU: random generators take their states only from there (mapped to a GPU,
+        # set_state refuses them), and what loads each tensor moves it to the device.
+        state, used, passed_over = load_checkpoint(ckpt)
         trainer.load_state_dict(state, worker=k)
         fallback = None
         if passed_over:
