@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from agent.errors import WeightsError
+from agent.noise import set_generator_state
 
 FORMAT = "tdmpc2-live/buffer/1"
 
@@ -145,5 +146,5 @@ class EpisodeBuffer:
         self.num_episodes = state["num_episodes"]
         filled = self.episode[self.episode >= 0]
         self.num_transitions = filled.numel() - filled.unique().numel()
-        self._gen.set_state(state["generator"])
+        set_generator_state(self._gen, state["generator"])  # saved on another device: reseeded
         self._valid_starts = self._compute_valid_starts()

@@ -77,9 +77,15 @@ class PackNoise:
         return self._generator(worker).get_state()
 
     def set_state(self, worker: int, state: torch.Tensor) -> None:
-        generator, state = self._generator(worker), state.cpu()  # states live on the CPU
-        if state.numel() == generator.get_state().numel():
-            generator.set_state(state)
-        else:  # another kind of device's state: a stream of its own, the same on every load
-            digest = hashlib.sha256(state.numpy().tobytes()).digest()
-            generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+        set_generator_state(self._generator(worker), state)
+
+
+def set_generator_state(generator: torch.Generator, state: torch.Tensor) -> None:
+    """generator.set_state(state); a state saved by another kind of device's generator (which
+    this one cannot take) seeds it from the state's bytes instead, the same way every time."""
+    state = state.cpu()  # generators take their states only from the CPU
+    if state.numel() == generator.get_state().numel():
+        generator.set_state(state)
+    else:
+        digest = hashlib.sha256(state.numpy().tobytes()).digest()
+        generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -74,3 +74,20 @@ def test_load_into_another_capacity_keeps_newest_whole_slices():
         assert obs[0, :, 0].max() == 9
         other.add_episode(*_episode(10, 6))
         assert other.sample()[0][0, :, 0].max() == 10
+
+
+def test_a_buffer_saved_on_another_kind_of_device_loads_and_samples():
+    def filled():
+        buffer = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8, seed=3)
+        for i in range(4):
+            buffer.add_episode(*_episode(i, 10))
+        return buffer
+
+    state = filled().state_dict()
+    state["generator"] = torch.arange(16, dtype=torch.uint8)  # a CUDA generator's state
+    loaded = [filled() for _ in range(2)]
+    for buffer in loaded:
+        buffer.load_state_dict(state)  # no error: the run goes on
+    first, second = (buffer.sample()[0] for buffer in loaded)
+    assert torch.equal(first, second)  # the same stream on every load of that state
+    assert not torch.equal(first, filled().sample()[0])  # reseeded from it
