@@ -67,6 +67,7 @@ def test_every_field_has_a_doc_line():
     ],
 )
 def test_bad_config_names_the_field(overrides, field):
+    overrides = dict(overrides)  # the parameter is shared by every run of the test
     size = overrides.pop("model_size", 5)
     with pytest.raises(ConfigError, match=field):
         make_config(size, **overrides)
