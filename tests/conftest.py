@@ -13,7 +13,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TDMPC2_LIVE_NO_BOOTSTRAP", "1")
-torch.set_num_threads(2)
+# Two intra-op threads as on the CI machine; tests/mutate.sh runs one test process per core.
+torch.set_num_threads(int(os.environ.get("TDMPC2_LIVE_TEST_THREADS", "2")))
 
 from agent.config import make_config  # noqa: E402
 from workers.records import Record  # noqa: E402

@@ -107,6 +107,9 @@ def test_state_dict_round_trip_and_mismatch(tiny_cfg):
         bigger.load_state_dict(agent.state_dict())
     with pytest.raises(WeightsError, match="format"):
         other.load_state_dict({"model": {}})
+    without_model = {k: v for k, v in agent.state_dict().items() if k != "model"}
+    with pytest.raises(WeightsError, match="do not match this model"):
+        other.load_state_dict(without_model)
     poisoned = agent.state_dict()
     key = next(iter(poisoned["model"]))
     poisoned["model"][key] = poisoned["model"][key] * float("nan")

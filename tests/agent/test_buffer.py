@@ -1,6 +1,8 @@
+import pytest
 import torch
 
 from agent.buffer import EpisodeBuffer
+from agent.errors import WeightsError
 
 
 def _episode(episode_id: int, steps: int, obs_dim=3, action_dim=2):
@@ -91,3 +93,55 @@ def test_a_buffer_saved_on_another_kind_of_device_loads_and_samples():
     first, second = (buffer.sample()[0] for buffer in loaded)
     assert torch.equal(first, second)  # the same stream on every load of that state
     assert not torch.equal(first, filled().sample()[0])  # reseeded from it
+
+
+def test_a_sample_is_horizon_plus_one_observations_and_horizon_of_the_rest():
+    buffer = EpisodeBuffer(60, 3, 2, horizon=3, batch_size=5)
+    buffer.add_episode(*_episode(0, 9), terminated=True)
+    shapes = [tuple(x.shape) for x in buffer.sample()]
+    assert shapes == [(4, 5, 3), (3, 5, 2), (3, 5, 1), (3, 5, 1)]
+    assert buffer.sample(7)[0].shape == (4, 7, 3)  # a batch size of the call's own
+
+
+def test_a_state_without_the_format_tag_is_refused():
+    buffer = EpisodeBuffer(60, 3, 2, horizon=3, batch_size=5)
+    state = buffer.state_dict()
+    for bad in ({k: v for k, v in state.items() if k != "format"}, [1, 2]):
+        with pytest.raises(WeightsError, match="replay buffer"):
+            buffer.load_state_dict(bad)
+
+
+def test_a_larger_buffer_loads_every_episode_from_the_first():
+    small = EpisodeBuffer(30, 3, 2, horizon=2, batch_size=512)
+    for i in range(3):
+        small.add_episode(*_episode(i, 6))  # 21 rows: nothing overwritten
+    other = EpisodeBuffer(100, 3, 2, horizon=2, batch_size=512)
+    other.load_state_dict(small.state_dict())
+    assert len(other) == len(small) == 18
+    assert set(other.sample()[0][0, :, 0].tolist()) == {0.0, 1.0, 2.0}
+    assert other.next_row == 21
+
+
+def test_an_empty_buffer_holds_nothing_and_fills_from_row_zero():
+    buffer = EpisodeBuffer(60, 3, 2, horizon=3, batch_size=5)
+    assert len(buffer) == 0 and not buffer.can_sample()
+    with pytest.raises(RuntimeError, match="no episode long enough"):
+        buffer.sample()
+    obs, action, reward = _episode(0, 4)
+    buffer.add_episode(obs, action, reward)
+    assert len(buffer) == 4 and buffer.next_row == 5
+    assert torch.equal(buffer.obs[:5], obs) and (buffer.episode[5:] < 0).all()
+
+
+def test_an_episode_fits_when_its_rows_fit_and_has_the_buffers_shapes():
+    buffer = EpisodeBuffer(10, 3, 2, horizon=2, batch_size=4)
+    obs, action, reward = _episode(0, 9)  # 10 rows: exactly the capacity
+    buffer.add_episode(obs, action, reward)
+    assert len(buffer) == 9 and not buffer.terminated.any()  # not terminated unless said
+    shortest = EpisodeBuffer(20, 3, 2, horizon=3, batch_size=4)
+    shortest.add_episode(*_episode(0, 3))  # one slice: rows 0..3
+    assert shortest.can_sample() and (shortest.sample()[0][:, :, 1].T == torch.arange(4)).all()
+    with pytest.raises(ValueError, match="does not fit"):
+        buffer.add_episode(*_episode(1, 10))
+    with pytest.raises(ValueError, match="do not fit"):
+        buffer.add_episode(obs[:, :2], action, reward)  # the observations' width alone is off

@@ -99,3 +99,14 @@ def test_config_built_directly_takes_its_model_size_preset():
     assert Config(model_size=1) == make_config(1)
     with pytest.raises(ConfigError, match="model_size"):
         Config(model_size=7)
+
+
+def test_a_config_as_a_dict_and_the_agents_knobs_alone():
+    from agent.config import to_dict
+
+    cfg = make_config(1, horizon=4)
+    assert to_dict(cfg)["horizon"] == 4 and to_dict(cfg)["mlp_dim"] == 384
+    worker_knobs = set(knobs()) - set(knobs("agent"))
+    assert worker_knobs, "the table has knobs of the workers' layer too"
+    with pytest.raises(ConfigError, match="not a live knob"):
+        with_knobs(cfg, **{name: 1 for name in worker_knobs})

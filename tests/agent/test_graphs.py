@@ -142,3 +142,58 @@ def test_an_update_that_does_not_compile_whole_falls_back_to_graph_breaks(monkey
         warnings.simplefilter("error")  # no second warning
         compiled.update(_batch(compiled, 1))
     assert compiles == [compiled._update]  # compiled once, with graph breaks
+
+
+def test_compiling_asks_for_whole_graphs_on_static_adam_state(monkeypatch):
+    """What _compile asks of torch.compile, checked without compiling: the plan and the update
+    each whole (fullgraph) in the mode given, the update with backward traced in, and Adam's
+    state made beforehand (step 0, zero moments) and marked static for CUDA graphs; the update
+    it runs is then the eager one, stepped by adam_step."""
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)
+    cfg = dataclasses.replace(tiny_config(), dropout=0.0)
+    eager, compiled = (TDMPC2(cfg, OBS, ACT, seeds=[1, 2]) for _ in range(2))
+    asked, traced = [], []
+
+    def fake_compile(fn, **options):
+        asked.append((fn, options))
+
+        def run(*args, **kwargs):
+            traced.append(torch._dynamo.config.trace_autograd_ops)
+            return fn(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    compiled._compile("reduce-overhead")
+    assert (compiled.compiled, compiled.fused_update) == (True, True)
+    whole = {"mode": "reduce-overhead", "fullgraph": True}
+    assert [(getattr(fn, "__func__", fn), o) for fn, o in asked] == [
+        (TDMPC2._update, whole),
+        (plan, whole),
+    ]
+    for optim in (compiled.optim, compiled.pi_optim):
+        for group in optim.param_groups:
+            for p in group["params"]:
+                state = optim.state[p]
+                assert state["step"].dtype == torch.float32 and float(state["step"]) == 0
+                assert state["step"].device.type == "cpu"  # not capturable: a host step
+                for key in ("exp_avg", "exp_avg_sq"):
+                    assert state[key].shape == p.shape and not state[key].any()
+                for tensor in state.values():
+                    assert getattr(tensor, "_dynamo_static_input_type", None) == "unguarded"
+    compiled.noise = _FixedNoise(2)
+    eager.noise = _FixedNoise(2)
+    batch = _batch(eager)
+    a, b = eager.update(batch), compiled.update(batch)
+    assert traced == [True]
+    for name in ("total_loss", "pi_loss", "grad_norm", "pi_grad_norm"):
+        assert torch.allclose(a[name], b[name]), name
+    for x, y in zip(eager.model.parameters(), compiled.model.parameters()):
+        assert torch.allclose(x, y, atol=1e-6)
+
+
+@pytest.mark.parametrize("option", ["amsgrad", "fused"])
+def test_adam_state_is_made_for_plain_adam_only(option):
+    param = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(AssertionError, match="plain Adam"):
+        init_adam_state(torch.optim.Adam([param], **{option: True}))

@@ -109,3 +109,11 @@ def test_target_qs_stay_in_eval_mode_so_the_td_target_has_no_dropout():
     # The online Qs do drop units in training (the value loss and policy loss use them so).
     model.qs.load_state_dict(model.target_qs.state_dict())
     assert not torch.equal(model.q_logits((z, a), pair), model.q_logits((z, a), pair))
+
+
+def test_a_layer_says_what_it_is():
+    model = WorldModel(make_config(1), 5, 2, pack=2)
+    assert repr(model.qs.layers[0]).endswith(
+        "(pack=2, members=2, in=(128, 2), out=384, act=mish, dropout=0.01)"
+    )
+    assert "members" not in repr(model.pi.layers[0])

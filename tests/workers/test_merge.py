@@ -90,3 +90,11 @@ def test_adam_moments_average_over_workers():
     for moment in ("exp_avg", "exp_avg_sq"):
         assert torch.allclose(averaged[moment], (first[moment] + second[moment]) / 2)
         assert not torch.allclose(averaged[moment], first[moment])
+
+
+def test_a_pack_mean_weighs_as_many_workers_as_it_averages():
+    # A pack's file holds the mean of its 3 workers: it counts 3 times against a lone worker.
+    merged = average_states([_state(1.0), _state(5.0)], counts=[3, 1])
+    assert torch.allclose(merged["w"], torch.full((3, 2), 2.0))
+    merged = average_states([_state(5.0), _state(1.0)], counts=[1, 3])
+    assert torch.allclose(merged["w"], torch.full((3, 2), 2.0))
