@@ -33,10 +33,10 @@ def status(exit_code: int | None) -> str:
     return status_by_exit_code[exit_code]
 
 
-def results(root: Path) -> dict[str, str]:
-    """{mutant name: mutmut's status} for every mutant under root/mutants."""
+def results(mutants: Path) -> dict[str, str]:
+    """{mutant name: mutmut's status} for every mutant of a mutants/ folder."""
     found = {}
-    for meta in sorted((root / "mutants").rglob("*.meta")):
+    for meta in sorted(mutants.rglob("*.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         found.update({name: status(code) for name, code in codes.items()})
     return found
@@ -103,8 +103,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--diffs", action="store_true", help="show each open survivor's diff")
     parser.add_argument("--only", default="*", help="list only survivors matching this pattern")
+    parser.add_argument(
+        "--earlier",
+        type=Path,
+        action="append",
+        default=[],
+        help="a copy of an earlier run's mutants/ whose results fill in what this one left",
+    )
     args = parser.parse_args()
-    found = results(ROOT)
+    found = results(ROOT / "mutants")
+    for earlier in args.earlier:  # a run of some mutants by name leaves the rest unchecked
+        for name, state in results(earlier).items():
+            if found.get(name, "not checked") == "not checked":
+                found[name] = state
     if not found:
         print("no results under mutants/: run tests/mutate.sh first", file=sys.stderr)
         return 2
@@ -118,15 +129,16 @@ def main() -> int:
         if state in CAUGHT:
             row["caught"] += 1
             continue
+        if state == "not checked":
+            row["not checked"] += 1
+            continue
         matched = next((p for p, _ in entries if fnmatch.fnmatchcase(name, p)), None)
         if matched is not None:
             used[matched] += 1
             row["equivalent"] += 1
-        elif state != "not checked" and only_the_device(name):
+        elif only_the_device(name):
             row["equivalent"] += 1
             row["device"] += 1
-        elif state == "not checked":
-            row["not checked"] += 1
         else:
             row["open"] += 1
             open_survivors.append((name, state))

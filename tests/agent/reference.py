@@ -257,15 +257,17 @@ def sequence_values(m, cfg, z0, actions, gamma, gen):
     """(N, S): sum_t gamma^t r_t + gamma^H Q_avg(z_H, pi(z_H)) for actions (H, N, S, A)."""
     horizon, n, s, dims = actions.shape
     z = z0[:, None].expand(n, s, z0.shape[-1])
-    ret = torch.zeros(n, s, 1)
+    ret, alive = torch.zeros(n, s, 1), torch.ones(n, s, 1)
     for t in range(horizon):
-        ret = ret + gamma**t * decode(reward_logits(m, z, actions[t]))
+        ret = ret + gamma**t * alive * decode(reward_logits(m, z, actions[t]))
         z = next_latent(m, z, actions[t])
+        if cfg.episodic:  # no reward or value after a predicted termination (logit > 0)
+            alive = alive * (mlp(m.termination, z) <= 0).float()
     eps = torch.randn(n * s, dims, generator=gen).view(n, s, dims)
     pi_action = policy(m, z, eps).action
     pair = q_pair(gen, cfg.num_q)
     q = sum(decode(q_logits(m, i, z, pi_action)) for i in pair) / 2
-    return (ret + gamma**horizon * q).squeeze(-1)
+    return (ret + gamma**horizon * alive * q).squeeze(-1)
 
 
 def plan(m, cfg, knobs, obs, warm_mean, eval_mode, gen):

@@ -206,10 +206,12 @@ def test_an_update_is_the_published_update(episodic, clip):
     assert close(agent.model.q_scale, ref.q_scale)
 
 
-@pytest.mark.parametrize("eval_mode", [False, True])
-@pytest.mark.parametrize("pi_trajs", [0, 3])
-def test_a_plan_is_published_mppi(eval_mode, pi_trajs):
-    cfg = small(num_pi_trajs=pi_trajs, horizon=3, min_std=0.05, max_std=2.0)
+@pytest.mark.parametrize(
+    "eval_mode, pi_trajs, episodic",
+    [(False, 0, False), (False, 3, False), (True, 0, False), (True, 3, False), (False, 3, True)],
+)
+def test_a_plan_is_published_mppi(eval_mode, pi_trajs, episodic):
+    cfg = small(num_pi_trajs=pi_trajs, horizon=3, min_std=0.05, max_std=2.0, episodic=episodic)
     agent = randomised(TDMPC2(cfg, OBS, ACT))
     obs = torch.randn(2, OBS, generator=torch.Generator().manual_seed(5))
     warm = torch.rand(2, cfg.horizon, ACT, generator=torch.Generator().manual_seed(6)) - 0.5
