@@ -112,3 +112,11 @@ def test_dropout_edge_rates(p):
         assert (y == 1).all()
     else:
         assert set(y.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_percentile_range_is_each_rows_own():
+    from agent.math import percentile_range
+
+    rows = torch.stack([torch.arange(101.0), torch.arange(101.0) * 10])
+    assert torch.allclose(percentile_range(rows), torch.tensor([90.0, 900.0]))
+    assert torch.allclose(percentile_range(rows.view(2, 1, 101)), torch.tensor([90.0, 900.0]))

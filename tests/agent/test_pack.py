@@ -330,3 +330,19 @@ def test_a_cpu_pack_workers_threads_see_the_packs_weights_in_place():
         before, pack.model_state(1)["encoder.layers.0.weight"]
     )
     assert all(p.grad is None for p in member.parameters())  # gathered into the pack's
+
+
+def test_a_batched_pack_of_two_plans_as_its_two_agents(monkeypatch):
+    # Two workers and a horizon of three: no axis of the plan's tensors has another's length,
+    # so weights broadcast over the wrong one cannot pass unnoticed.
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)
+    cfg = _cfg(horizon=3)
+    pack = TDMPC2(cfg, OBS, ACT, seeds=[3, 4])
+    lone = [TDMPC2(dataclasses.replace(cfg, seed=s), OBS, ACT) for s in (3, 4)]
+    # 4 envs, as above: with an odd count the kernels' float rounding differs between a pack
+    # and a lone agent, and MPPI's elite choice can turn that into another action.
+    obs = torch.randn(2, 4, OBS)
+    planned = pack.act(obs, t0=True)
+    for k, agent in enumerate(lone):
+        assert torch.allclose(planned[k], agent.act(obs[k], t0=True), atol=1e-5), k
+        assert torch.allclose(pack._warm_mean[k], agent._warm_mean[0], atol=1e-5), k
