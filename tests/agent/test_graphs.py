@@ -197,3 +197,16 @@ def test_adam_state_is_made_for_plain_adam_only(option):
     param = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(AssertionError, match="plain Adam"):
         init_adam_state(torch.optim.Adam([param], **{option: True}))
+
+
+def test_a_compiled_agent_marks_loaded_adam_state_static():
+    cfg = dataclasses.replace(tiny_config(), dropout=0.0)
+    saved = TDMPC2(cfg, OBS, ACT)
+    saved.update(random_batch(cfg, OBS, ACT))
+    loaded = TDMPC2(cfg, OBS, ACT)
+    loaded.compiled = True  # as on CUDA: a load replaces the tensors CUDA graphs replay
+    loaded.load_state_dict(saved.state_dict())
+    for optim in (loaded.optim, loaded.pi_optim):
+        for state in optim.state.values():
+            for tensor in state.values():
+                assert getattr(tensor, "_dynamo_static_input_type", None) == "unguarded"

@@ -98,3 +98,18 @@ def test_a_pack_mean_weighs_as_many_workers_as_it_averages():
     assert torch.allclose(merged["w"], torch.full((3, 2), 2.0))
     merged = average_states([_state(5.0), _state(1.0)], counts=[1, 3])
     assert torch.allclose(merged["w"], torch.full((3, 2), 2.0))
+    merged = average_states([_state(4.0), _state(1.0)], counts=[2, 1])
+    assert torch.allclose(merged["w"], torch.full((3, 2), 3.0))
+
+
+def test_weights_of_another_model_are_refused_and_huge_finite_weights_are_finite():
+    from agent.errors import WeightsError
+    from workers.merge import is_finite
+
+    other = {**_state(1.0), "extra": torch.zeros(1)}
+    with pytest.raises(WeightsError, match="different keys"):
+        average_states([_state(1.0), other])
+    with pytest.raises(WeightsError, match="different keys"):
+        average_states([_state(1.0), _state(2.0), other])
+    huge = {"w": torch.full((4,), 3e38)}  # finite; its float32 sum is not
+    assert is_finite(huge) and not is_finite({"w": torch.tensor([1.0, float("nan")])})
