@@ -199,3 +199,26 @@ def test_evaluation_acts_with_a_drawn_elite_not_the_plan_mean(tiny_cfg, monkeypa
         distance = (first_actions - action).abs().sum(-1).min()
         assert distance < 1e-6, f"eval action is not a candidate's first action ({distance})"
         assert not torch.allclose(action, agent._warm_mean[0, 0, 0], atol=1e-4)
+
+
+def test_a_shorter_horizon_keeps_the_warm_start_it_has_room_for(tiny_cfg):
+    agent = TDMPC2(tiny_cfg.__class__(**{**tiny_cfg.__dict__, "horizon": 5}), OBS, ACT)
+    agent.act(torch.randn(OBS), t0=True)
+    prev = agent._warm_mean.clone()
+    agent.set_knobs(horizon=3)
+    warm = agent._shifted_warm_mean(1, torch.tensor([[False]]))
+    assert torch.equal(warm[0, 0], prev[0, 0, 1:4])
+
+
+def test_a_lone_agent_answers_with_plain_numbers(tiny_cfg):
+    info = TDMPC2(tiny_cfg, OBS, ACT).update(_batch(tiny_cfg))
+    assert all(v.dim() == 0 for v in info.values())
+
+
+def test_bf16_autocasts_on_the_cpu_only_when_asked(tiny_cfg):
+    for bf16 in (False, True):
+        agent = TDMPC2(tiny_cfg.__class__(**{**tiny_cfg.__dict__, "bf16": bf16}), OBS, ACT)
+        with agent._autocast():
+            assert torch.is_autocast_enabled("cpu") == bf16
+            if bf16:
+                assert torch.get_autocast_dtype("cpu") == torch.bfloat16

@@ -110,3 +110,9 @@ def test_a_config_as_a_dict_and_the_agents_knobs_alone():
     assert worker_knobs, "the table has knobs of the workers' layer too"
     with pytest.raises(ConfigError, match="not a live knob"):
         with_knobs(cfg, **{name: 1 for name in worker_knobs})
+
+
+def test_large_action_spaces_plan_two_more_iterations():
+    cfg = make_config(1)
+    assert [cfg.resolved_iterations(d) for d in (19, 20, 21)] == [6, 8, 8]
+    assert with_knobs(cfg, iterations=3).resolved_iterations(20) == 5

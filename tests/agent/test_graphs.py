@@ -122,14 +122,14 @@ def test_the_compiled_one_graph_update_is_the_eager_update(monkeypatch):
 def test_an_update_that_does_not_compile_whole_falls_back_to_graph_breaks(monkeypatch):
     monkeypatch.setattr(TDMPC2, "cpu_threads", False)
     eager, compiled = (TDMPC2(tiny_config(), OBS, ACT, seeds=[1, 2]) for _ in range(2))
-    compiled._compile(mode=None)
+    compiled._compile(mode="default")  # lazily: nothing is compiled until called
 
     def does_not_compile(*batch):
         raise torch._dynamo.exc.TorchDynamoException("Unsupported: a graph break\ndetails")
 
     compiled._update_fn = does_not_compile
     compiles = []
-    monkeypatch.setattr(torch, "compile", lambda fn, **options: compiles.append(fn) or fn)
+    monkeypatch.setattr(torch, "compile", lambda fn, **o: compiles.append((fn, o)) or fn)
     torch.manual_seed(0)
     a = eager.update(_batch(eager))
     torch.manual_seed(0)
@@ -141,7 +141,8 @@ def test_an_update_that_does_not_compile_whole_falls_back_to_graph_breaks(monkey
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning
         compiled.update(_batch(compiled, 1))
-    assert compiles == [compiled._update]  # compiled once, with graph breaks
+    # Compiled once, with graph breaks, in the mode asked for.
+    assert compiles == [(compiled._update, {"mode": "default"})]
 
 
 def test_compiling_asks_for_whole_graphs_on_static_adam_state(monkeypatch):

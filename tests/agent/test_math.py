@@ -120,3 +120,26 @@ def test_percentile_range_is_each_rows_own():
     rows = torch.stack([torch.arange(101.0), torch.arange(101.0) * 10])
     assert torch.allclose(percentile_range(rows), torch.tensor([90.0, 900.0]))
     assert torch.allclose(percentile_range(rows.view(2, 1, 101)), torch.tensor([90.0, 900.0]))
+
+
+@pytest.mark.parametrize("p", [0.5, 0.9])
+def test_high_dropout_rates_drop_as_many_as_asked(p):
+    # From 0.5 up the fast path's repeated positions would lower the rate a lot: torch's own.
+    torch.manual_seed(0)
+    y = dropout(torch.ones(100_000), p)
+    assert abs((y == 0).float().mean().item() - p) < 0.01
+
+
+def test_dropout_draws_from_its_generator_and_keeps_the_dtype():
+    x = torch.ones(50_000)
+    masks = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)  # the global stream must not matter
+        masks.append(dropout(x, 0.01, torch.Generator().manual_seed(7)))
+    assert torch.equal(*masks)
+    assert dropout(x.bfloat16(), 0.01, torch.Generator().manual_seed(7)).dtype == torch.bfloat16
+
+
+def test_two_hot_clamps_below_the_support_too():
+    two_hot = TwoHot(101, -10.0, 10.0)
+    assert two_hot.encode(torch.tensor([[-1e6]]))[0, 0] == 1.0

@@ -346,3 +346,28 @@ def test_a_batched_pack_of_two_plans_as_its_two_agents(monkeypatch):
     for k, agent in enumerate(lone):
         assert torch.allclose(planned[k], agent.act(obs[k], t0=True), atol=1e-5), k
         assert torch.allclose(pack._warm_mean[k], agent._warm_mean[0], atol=1e-5), k
+
+
+def test_a_bf16_cpu_packs_workers_plan_and_learn_under_autocast(monkeypatch):
+    # Autocast is per thread: each worker's thread must enter it, not only the caller's.
+    import agent.agent as agent_module
+
+    seen = {"plan": [], "loss": []}
+    real_plan, real_loss = agent_module.plan, agent_module.world_model_loss
+
+    def plan(*args, **kwargs):
+        seen["plan"].append(torch.is_autocast_enabled("cpu"))
+        return real_plan(*args, **kwargs)
+
+    def world_model_loss(*args, **kwargs):
+        seen["loss"].append(torch.is_autocast_enabled("cpu"))
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(agent_module, "plan", plan)
+    monkeypatch.setattr(agent_module, "world_model_loss", world_model_loss)
+    cfg = _cfg(bf16=True)
+    pack = TDMPC2(cfg, OBS, ACT, seeds=[3, 4])
+    assert pack.threads is not None
+    pack.act(torch.randn(2, 4, OBS), t0=True)
+    pack.update(_stack([_batch(cfg, k) for k in range(2)]))
+    assert seen == {"plan": [True, True], "loss": [True, True]}

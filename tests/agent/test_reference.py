@@ -210,9 +210,12 @@ def test_an_update_is_the_published_update(episodic, clip):
     "eval_mode, pi_trajs, episodic",
     [(False, 0, False), (False, 3, False), (True, 0, False), (True, 3, False), (False, 3, True)],
 )
-@pytest.mark.parametrize("max_std", [2.0, 0.3])  # the published 2, and one that clamps
-def test_a_plan_is_published_mppi(eval_mode, pi_trajs, episodic, max_std):
-    cfg = small(num_pi_trajs=pi_trajs, horizon=3, min_std=0.05, max_std=max_std, episodic=episodic)
+# The published std range, and ranges whose upper or lower clamp acts.
+@pytest.mark.parametrize("min_std, max_std", [(0.05, 2.0), (0.05, 0.3), (0.6, 2.0)])
+def test_a_plan_is_published_mppi(eval_mode, pi_trajs, episodic, min_std, max_std):
+    cfg = small(
+        num_pi_trajs=pi_trajs, horizon=3, min_std=min_std, max_std=max_std, episodic=episodic
+    )
     agent = randomised(TDMPC2(cfg, OBS, ACT))
     obs = torch.randn(2, OBS, generator=torch.Generator().manual_seed(5))
     warm = torch.rand(2, cfg.horizon, ACT, generator=torch.Generator().manual_seed(6)) - 0.5
