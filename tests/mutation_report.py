@@ -79,7 +79,7 @@ def changed_lines(name: str) -> tuple[list[str], list[str]]:
 # A tensor's device given as the agent's or an input's (self.device, x.device, device), as None
 # or not at all: all the CPU, the one device the tests have. On a GPU, gpu-bench's runs catch
 # these, not unit tests.
-DEVICE = re.compile(r"(,\s*)?device=([\w.]*device|None)|\.to\((self\.device|None),?\s*")
+DEVICE = re.compile(r"(,\s*)?device=([\w.]*device|None)|\.to\(([\w.]*device|None),?\s*")
 
 
 def only_the_device(name: str) -> bool:

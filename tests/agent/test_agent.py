@@ -222,3 +222,38 @@ def test_bf16_autocasts_on_the_cpu_only_when_asked(tiny_cfg):
             assert torch.is_autocast_enabled("cpu") == bf16
             if bf16:
                 assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def test_the_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_there():
+    from agent.agent import resolve_device
+
+    assert not torch.cuda.is_available()  # this test is for machines without a GPU
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    for name in ("cuda", "cuda:1"):
+        with pytest.raises(ConfigError, match="no CUDA GPU"):
+            resolve_device(name)
+
+
+def test_a_pack_counts_adams_steps_of_its_furthest_worker_and_a_lone_agent_its_own(tiny_cfg):
+    import dataclasses
+
+    cfg = dataclasses.replace(tiny_cfg, dropout=0.0)
+    trained = {}
+    for steps in (3, 5):
+        agent = TDMPC2(cfg, OBS, ACT)
+        for _ in range(steps):
+            agent.update(_batch(cfg))
+        trained[steps] = agent.state_dict()
+
+    def steps_of(agent):
+        return {float(s["step"]) for s in agent.optim.state.values()}
+
+    pack = TDMPC2(cfg, OBS, ACT, seeds=[1, 2])
+    pack.load_state_dict(trained[5], worker=0)
+    pack.load_state_dict(trained[3], worker=1)
+    assert steps_of(pack) == {5.0}
+    lone = TDMPC2(cfg, OBS, ACT)
+    lone.load_state_dict(trained[5])
+    lone.load_state_dict(trained[3])
+    assert steps_of(lone) == {3.0}

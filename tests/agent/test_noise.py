@@ -42,3 +42,17 @@ def test_a_state_from_another_kind_of_device_loads_as_a_stream_of_its_own():
     draws = [agent.noise.normal(8) for agent in loaded]
     assert torch.equal(draws[0], draws[1])  # the same stream on every load of that state
     assert not torch.equal(draws[0], fresh)  # reseeded from it, not left at the start
+
+
+def test_each_worker_draws_its_own_seeds_numbers_and_a_shared_stream_draws_for_all():
+    noise = PackNoise([3, 4], "cpu")
+    drawn = noise.normal(2, 5)
+    assert drawn.shape == (2, 2, 5)
+    for k, seed in enumerate((3, 4)):
+        assert torch.equal(
+            drawn[k], torch.randn(2, 5, generator=torch.Generator().manual_seed(seed))
+        )
+    alone = noise.member(1)
+    assert alone.pack == 1 and alone.normal(3).shape == (1, 3)
+    shared = PackNoise([3, 4], "cpu", shared=True)
+    assert shared.normal(2, 5).shape == (2, 2, 5) and shared.uniform(4).shape == (2, 4)
