@@ -116,3 +116,20 @@ def test_large_action_spaces_plan_two_more_iterations():
     cfg = make_config(1)
     assert [cfg.resolved_iterations(d) for d in (19, 20, 21)] == [6, 8, 8]
     assert with_knobs(cfg, iterations=3).resolved_iterations(20) == 5
+
+
+def test_the_bounds_of_every_range_are_where_they_say():
+    assert make_config(1, horizon=16).horizon == 16  # a range's upper end is allowed
+    assert make_config(1, num_samples=64, num_elites=64).num_elites == 64
+    assert make_config(1, min_std=0.5, max_std=0.5).min_std == 0.5
+    for device in ("cuda", "cuda:0"):
+        assert make_config(1, device=device).device == device  # checked when the agent starts
+    for bad, field in (
+        ({"num_samples": 64, "num_pi_trajs": 64}, "num_pi_trajs"),
+        ({"vmin": 3.0, "vmax": 3.0}, "vmin"),
+    ):
+        with pytest.raises(ConfigError, match=field):
+            make_config(1, **bad)
+    for build in (lambda: make_config(7), lambda: Config(model_size=7)):
+        with pytest.raises(ConfigError, match="one of 1, 5, 19, 48, 317, got 7"):
+            build()

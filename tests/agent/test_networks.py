@@ -117,3 +117,30 @@ def test_a_layer_says_what_it_is():
         "(pack=2, members=2, in=(128, 2), out=384, act=mish, dropout=0.01)"
     )
     assert repr(model.pi.layers[0]).endswith("(pack=2, in=(128,), out=384, act=mish, dropout=0.0)")
+
+
+def test_layers_start_as_published_and_mlps_are_built_as_declared():
+    from agent.layers import MLP
+
+    layer = Layer((512,), 512)
+    assert layer.weight.shape == (1, 512, 512) and layer.simnorm_dim == 8  # defaults: 1 worker
+    assert abs(layer.weight.std().item() - 0.02) < 0.001 and not layer.bias.any()
+    out = layer(torch.randn(1, 3, 512, requires_grad=True))
+    assert out.requires_grad  # weights take gradients unless asked to detach
+    mlp = MLP((4,), [8, 16], 3, out_act="simnorm", out_norm=True, simnorm_dim=3, dropout=0.1)
+    assert [lay.dropout for lay in mlp.layers] == [0.1, 0.0, 0.0]  # the first layer only
+    assert mlp.layers[-1].in_dims == (16,) and mlp.layers[-1].simnorm_dim == 3
+    mlp.zero_last_layer()
+    assert not mlp.layers[-1].weight.any() and all(lay.weight.any() for lay in mlp.layers[:-1])
+
+
+def test_a_layers_dropout_draws_from_its_own_generator():
+    layer = Layer((16,), 4000, dropout=0.1)
+    x = torch.randn(1, 1, 16)
+    outs = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)  # torch's global stream must not matter
+        layer.generator = torch.Generator().manual_seed(3)
+        outs.append(layer(x))
+    assert torch.equal(*outs)
+    assert not torch.equal(outs[0], layer.eval()(x))  # dropout did act
