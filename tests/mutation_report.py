@@ -68,8 +68,9 @@ def changed_lines(name: str) -> tuple[list[str], list[str]]:
     """The lines a mutant removes and adds, from the copy of its module under mutants/."""
     found = functions(ROOT / "mutants" / module(name))
     function = name.rsplit(".", 1)[1]
-    original = found[function.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"].splitlines()[1:]
-    mutant = found[function].splitlines()[1:]
+    orig_name = function.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
+    original = found[orig_name].splitlines()
+    mutant = found[function].replace(function, orig_name, 1).splitlines()
     diff = list(difflib.unified_diff(original, mutant, lineterm="", n=0))
     removed = [ln[1:].strip() for ln in diff if ln.startswith("-") and not ln.startswith("---")]
     added = [ln[1:].strip() for ln in diff if ln.startswith("+") and not ln.startswith("+++")]

@@ -9,6 +9,7 @@ generator in the order the agent draws them from a worker's stream (agent/noise.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
@@ -270,8 +271,19 @@ def sequence_values(m, cfg, z0, actions, gamma, gen):
     return (ret + gamma**horizon * alive * q).squeeze(-1)
 
 
-def plan(m, cfg, knobs, obs, warm_mean, eval_mode, gen):
+def plan(m, cfg, obs, warm_mean, eval_mode, gen):
     """MPPI for one worker's N envs: (actions (N, A), final mean (N, H, A))."""
+    knobs = SimpleNamespace(  # the config's own values, not the agent's PlanKnobs
+        horizon=cfg.horizon,
+        iterations=cfg.iterations,
+        num_samples=cfg.num_samples,
+        num_elites=cfg.num_elites,
+        num_pi_trajs=cfg.num_pi_trajs,
+        temperature=cfg.temperature,
+        min_std=cfg.min_std,
+        max_std=cfg.max_std,
+        gamma=discount(cfg.episode_length),
+    )
     horizon, n, dims = knobs.horizon, obs.shape[0], warm_mean.shape[-1]
     z0 = encode(m, obs)
     pi_actions = [torch.zeros(n, 0, dims)] * horizon

@@ -107,6 +107,13 @@ def test_state_dict_round_trip_and_mismatch(tiny_cfg):
         bigger.load_state_dict(agent.state_dict())
     with pytest.raises(WeightsError, match="format"):
         other.load_state_dict({"model": {}})
+    older = agent.state_dict()  # Q biases saved as (E, 1, out), as before packs: still read
+    older["model"] = {
+        k: v.unsqueeze(1) if k.startswith("qs.") and k.endswith("bias") else v
+        for k, v in older["model"].items()
+    }
+    other.load_state_dict(older)
+    assert torch.equal(other.model.qs.layers[0].bias, agent.model.qs.layers[0].bias)
     without_model = {k: v for k, v in agent.state_dict().items() if k != "model"}
     with pytest.raises(WeightsError, match="do not match this model"):
         other.load_state_dict(without_model)

@@ -144,3 +144,11 @@ def test_a_layers_dropout_draws_from_its_own_generator():
         outs.append(layer(x))
     assert torch.equal(*outs)
     assert not torch.equal(outs[0], layer.eval()(x))  # dropout did act
+
+
+def test_the_latents_simnorm_groups_and_every_head_follow_the_config_and_the_pack():
+    cfg = make_config(1, simnorm_dim=4, episodic=True)
+    model = WorldModel(cfg, 5, 2, pack=2)
+    assert model.encoder.layers[-1].simnorm_dim == model.dynamics.layers[-1].simnorm_dim == 4
+    for net in (model.encoder, model.dynamics, model.reward, model.termination, model.pi):
+        assert all(lay.weight.shape[0] == 2 for lay in net.layers)

@@ -226,7 +226,7 @@ def test_a_plan_is_published_mppi(eval_mode, pi_trajs, episodic, min_std, max_st
             agent.model, two, obs[None], warm[None], knobs, eval_mode, PackNoise([SEED], "cpu")
         )
         ref_action, ref_mean = plan(
-            agent.model, cfg, knobs, obs, warm, eval_mode, torch.Generator().manual_seed(SEED)
+            agent.model, cfg, obs, warm, eval_mode, torch.Generator().manual_seed(SEED)
         )
     assert close(mean[0], ref_mean, 1e-4)
     assert close(action[0], ref_action, 1e-4)
