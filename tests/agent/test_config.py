@@ -133,3 +133,8 @@ def test_the_bounds_of_every_range_are_where_they_say():
     for build in (lambda: make_config(7), lambda: Config(model_size=7)):
         with pytest.raises(ConfigError, match="one of 1, 5, 19, 48, 317, got 7"):
             build()
+
+
+def test_the_default_model_is_the_5m_preset():
+    assert make_config() == Config()
+    assert (make_config().model_size, make_config().latent_dim) == (5, 512)

@@ -125,8 +125,10 @@ def test_layers_start_as_published_and_mlps_are_built_as_declared():
     layer = Layer((512,), 512)
     assert layer.weight.shape == (1, 512, 512) and layer.simnorm_dim == 8  # defaults: 1 worker
     assert abs(layer.weight.std().item() - 0.02) < 0.001 and not layer.bias.any()
-    out = layer(torch.randn(1, 3, 512, requires_grad=True))
-    assert out.requires_grad  # weights take gradients unless asked to detach
+    assert layer(torch.randn(1, 3, 512)).requires_grad  # weights take gradients by default
+    assert not layer(torch.randn(1, 3, 512), detach=True).requires_grad
+    plain = MLP((4,), [8], 16, out_act="simnorm", out_norm=True)
+    assert plain.layers[-1].simnorm_dim == 8 and plain.layers[0].weight.shape[0] == 1
     mlp = MLP((4,), [8, 16], 3, out_act="simnorm", out_norm=True, simnorm_dim=3, dropout=0.1)
     assert [lay.dropout for lay in mlp.layers] == [0.1, 0.0, 0.0]  # the first layer only
     assert mlp.layers[-1].in_dims == (16,) and mlp.layers[-1].simnorm_dim == 3
