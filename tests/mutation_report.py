@@ -158,7 +158,12 @@ def main() -> int:
     scored = total["mutants"] - total["equivalent"] - total["not checked"]
     print(f"\nscore: {total['caught']} of {scored} non-equivalent mutants caught", end="")
     print(f" ({100 * total['caught'] / max(scored, 1):.1f}%)")
-    stale = [p for p, _ in entries if not used[p]]
+    # A line is stale when the mutants it names ran and none of them survived (a run of some
+    # mutants by name leaves the others' lines unjudged).
+    checked = [name for name, state in found.items() if state != "not checked"]
+    stale = [
+        p for p, _ in entries if not used[p] and any(fnmatch.fnmatchcase(n, p) for n in checked)
+    ]
     if stale:
         print(f"\ntriage lines that match no survivor now ({len(stale)}):")
         print("\n".join(f"  {p}" for p in stale))
