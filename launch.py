@@ -133,7 +133,7 @@ def _given(argv: list[str], name: str, switch: bool = True) -> bool:
 def desktop_entry(argv: list[str]) -> int:
     """--install-desktop / --uninstall-desktop: standard library only, no environment needed."""
     sys.path.insert(0, str(ROOT))
-    from workers import desktop
+    from workers.cli import desktop
 
     if len(argv) != 1:
         flag = next(a for a in argv if a in DESKTOP_FLAGS)
@@ -164,7 +164,7 @@ def run(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:
         from bench.cli import main as cli_main
     elif _given(argv, "headless"):
-        from workers.cli import main as cli_main
+        from workers.cli.headless import main as cli_main
     else:
         from viewer.main import main as cli_main
     return cli_main(argv)

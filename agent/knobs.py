@@ -1,8 +1,8 @@
 """The live knobs: one declaration each, from which everything else is derived.
 
-Validation (agent/config.py for the agent's, workers/knobs.py for the run's), the knob record in
-the run directory, the command line's help, and the window's widgets and labels all read this
-table. Adding a knob is one line here plus the line that uses its value.
+Validation (agent/config.py for the agent's, workers/rundir/knob_record.py for the run's),
+the knob record in the run directory, the command line's help, and the window's widgets and
+labels all read this table. Adding a knob is one line here plus the line that uses its value.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class KnobValues(Mapping[str, int | float]):
     """Live-knob values, frozen, each checked against the table when made (unknown names and
     out-of-range values are a ConfigError): whoever holds one holds values in range. The
     checks that need the rest of the config (num_elites <= num_samples, ...) are made where
-    values enter a run (workers/knobs.py validate_knobs), which returns this type."""
+    values enter a run (workers/rundir/knob_record.py validate_knobs), which returns this type."""
 
     __slots__ = ("_values",)
 

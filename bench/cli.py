@@ -1,6 +1,6 @@
 """Command line of `launch.py bench`: its flags, and the dispatch to each benchmark. The flags
 shared with training (task, model size, seed, device, every Config field) come from
-workers/flags.py.
+workers/cli/flags.py.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from bench.run import (
     merge_optimiser_benchmark,
 )
 from bench.speed import print_table, speed_benchmark
-from workers.flags import CliParser, add_common_flags, add_config_flags
-from workers.start import config_from_args, default_run_dir
-from workers.threads import apply_threads, check_threads
+from workers.cli.flags import CliParser, add_common_flags, add_config_flags
+from workers.cli.new_run import config_from_args, default_run_dir
+from workers.host.threads import apply_threads, check_threads
 
 BENCH_EPILOG = """examples:
   python3 launch.py bench --model-size 5 --device cpu

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 from agent.config import Config
 from bench.run import agent_for, merge_benchmark
-from workers.distributed_merge import DistributedMergeBackend, init_group
+from workers.merging.collective import DistributedMergeBackend, init_group
 
 
 def _model_state(cfg: Config) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from agent.config import Config
 from agent.published import published_curve
-from workers.start import default_run_dir
+from workers.cli.new_run import default_run_dir
 
 
 def compare_with_published(
@@ -39,8 +39,8 @@ def compare_with_published(
 
 
 def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
-    from workers.rundir import RunDir
-    from workers.trainer import Trainer
+    from workers.rundir.directory import RunDir
+    from workers.training.trainer import Trainer
 
     run = RunDir.create(run_dir or default_run_dir(f"learning-{cfg.task}"))
     summary = Trainer(cfg, run).run()

@@ -28,7 +28,7 @@ from agent.envs import make_vector_env
 from agent.errors import UserError
 from bench.graph_skips import cudagraph_skips
 from bench.speed import filled_buffer
-from workers.threads import apply_threads, available_cores
+from workers.host.threads import apply_threads, available_cores
 
 PROCESS_TIMEOUT_S = 600.0  # a stuck process fails the comparison instead of hanging it
 

@@ -17,10 +17,10 @@ from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import make_env
 from agent.errors import UserError
-from workers.merge import FileMergeBackend, average_states, distance
-from workers.records import Eval, KnobsApplied
-from workers.run import Run, RunSettings
-from workers.trainer import StopTraining, Trainer
+from workers.merging.files import FileMergeBackend, average_states, distance
+from workers.run.owner import Run, RunSettings
+from workers.rundir.records import Eval, KnobsApplied
+from workers.training.trainer import StopTraining, Trainer
 
 
 def agent_for(cfg: Config) -> TDMPC2:

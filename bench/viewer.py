@@ -24,10 +24,10 @@ from bench.cli import build_bench_parser
 from viewer.app import FRAME_H, FRAME_W, App
 from viewer.controller import WORKER_NICE, Controller
 from viewer.main import check_display
-from workers.cli import demo_requested
-from workers.presets import UserError, demo_preset
-from workers.run import Run, RunSettings
-from workers.start import config_from_args, default_run_dir
+from workers.cli.headless import demo_requested
+from workers.cli.new_run import config_from_args, default_run_dir
+from workers.cli.presets import UserError, demo_preset
+from workers.run.owner import Run, RunSettings
 
 
 def _wiggle_pointer(stop: threading.Event) -> None:

@@ -17,8 +17,8 @@ os.environ.setdefault("TDMPC2_LIVE_NO_BOOTSTRAP", "1")
 torch.set_num_threads(int(os.environ.get("TDMPC2_LIVE_TEST_THREADS", "2")))
 
 from agent.config import make_config  # noqa: E402
-from workers.records import Record  # noqa: E402
-from workers.rundir import RunDir  # noqa: E402
+from workers.rundir.directory import RunDir  # noqa: E402
+from workers.rundir.records import Record  # noqa: E402
 
 
 def tiny_config(**overrides):

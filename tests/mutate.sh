@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing of the algorithm and the merge (TESTING.md): mutmut changes one thing at a
-# time in agent/ and workers/merge.py and runs the tests that reach it; a mutant no test kills
+# time in agent/ and workers/merging/files.py and runs the tests that reach it; a mutant no test kills
 # survives. Outside CI: about 1.5 hours on 2 cores. Arguments go to `mutmut run` (mutant names,
 # e.g. 'agent.planner.*', to run some again). The figures: `mutmut results`, TESTING.md.
 set -euo pipefail

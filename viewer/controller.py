@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from viewer.machine_use import MachineUse
 from viewer.model import KnobRow, RunModel
 from viewer.series import published_curve
-from workers.presets import UserError
-from workers.requests import describe
-from workers.run import BaseRun, Run
+from workers.cli.presets import UserError
+from workers.run.owner import BaseRun, Run
+from workers.rundir.requests import describe
 
 POLL_S = 0.25
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training

@@ -9,9 +9,9 @@ import signal
 import sys
 
 from viewer.runs import initial_run
-from workers.flags import build_parser
-from workers.presets import UserError
-from workers.threads import WINDOW_THREADS, apply_threads, check_threads, choose_threads
+from workers.cli.flags import build_parser
+from workers.cli.presets import UserError
+from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads, choose_threads
 
 
 def check_display() -> None:

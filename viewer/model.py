@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from agent.knobs import knobs
 from viewer.series import Series, chart_line
-from workers.records import (
+from workers.rundir.records import (
     Crashed,
     Episode,
     Error,

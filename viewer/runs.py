@@ -10,22 +10,22 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.cli import demo_requested
-from workers.presets import (
+from workers.cli.headless import demo_requested
+from workers.cli.new_run import (
+    check_run_flags,
+    config_from_args,
+    default_run_dir,
+    settings_from_args,
+)
+from workers.cli.presets import (
     CPU_DEMO_OVERRIDES,
     Preset,
     cuda_available,
     demo_preset,
     preset_config,
 )
-from workers.run import Run, RunSettings
-from workers.start import (
-    check_run_flags,
-    config_from_args,
-    default_run_dir,
-    read_start_weights,
-    settings_from_args,
-)
+from workers.run.owner import Run, RunSettings
+from workers.run.start_weights import read_start_weights
 
 
 def initial_run(args: argparse.Namespace) -> Callable[[], Run]:

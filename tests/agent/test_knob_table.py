@@ -13,8 +13,8 @@ from agent.errors import ConfigError
 from agent.knobs import Knob, KnobValues, knobs
 from viewer.model import RunModel, window_knobs
 from viewer.panels.knobs import knob_widgets
-from workers.flags import build_parser
-from workers.knobs import KnobStore, validate_knobs
+from workers.cli.flags import build_parser
+from workers.rundir.knob_record import KnobStore, validate_knobs
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from conftest import random_batch, tiny_config, tiny_run
 
 import agent.agent as agent_module
 from agent.agent import TDMPC2, clip_per_worker
-from workers.merge import average_states, distance
-from workers.trainer import Trainer
+from workers.merging.files import average_states, distance
+from workers.training.trainer import Trainer
 
 OBS, ACT = 5, 2
 SEEDS = [3, 4, 5]
@@ -121,7 +121,8 @@ def test_merge_averages_the_members_and_writes_the_mean_into_each():
 
 
 def test_merge_reports_each_participants_distance_to_the_mean():
-    # As the file backend does (workers/merge.py): each participant's L2 distance to the mean.
+    # As the file backend does (workers/merging/files.py): each participant's L2 distance to
+    # the mean.
     pack = _trained_pack(_cfg(), [3, 4, 5])
     before = [_floats(pack.model_state(k)) for k in range(3)]
     mean = average_states(before)

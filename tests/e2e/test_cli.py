@@ -203,7 +203,7 @@ def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
 
 
 def test_attached_window_pauses_and_stops_a_headless_run(tmp_path):
-    from workers.run import Run
+    from workers.run.owner import Run
 
     run = tmp_path / "run"
     proc = start("--headless", *TWO_WORKERS, "--run-dir", str(run))
@@ -309,7 +309,7 @@ def test_mistyped_flags_and_keys_get_one_line(args, words):
     ],
 )
 def test_parser_refuses_in_one_line(args, words, capsys):
-    from workers.flags import build_parser
+    from workers.cli.flags import build_parser
 
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(args)
@@ -320,13 +320,13 @@ def test_parser_refuses_in_one_line(args, words, capsys):
 
 
 def _parse(*argv):
-    from workers.flags import build_parser
+    from workers.cli.flags import build_parser
 
     return build_parser().parse_args(list(argv))
 
 
 def test_key_value_arguments_are_the_same_flags():
-    from workers.start import config_from_args
+    from workers.cli.new_run import config_from_args
 
     flags = _parse(
         "--headless",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_FLAGS
 
-from workers import desktop
+from workers.cli import desktop
 
 ROOT = Path(__file__).resolve().parents[2]
 # The tiny run of tests/e2e/test_cli.py: every code path in seconds.

@@ -17,10 +17,10 @@ import torch
 from conftest import TINY_FLAGS, start_program, wait_until
 from conftest import tiny_run as tiny
 
-from workers.merge import FileMergeBackend, MergeStopped
-from workers.paths import checkpoint_path
-from workers.run import Run, RunSettings
-from workers.signals import children_ignore_ctrl_c
+from workers.host.signals import children_ignore_ctrl_c
+from workers.merging.files import FileMergeBackend, MergeCancelled
+from workers.run.owner import Run, RunSettings
+from workers.rundir.paths import checkpoint_path
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*TINY_FLAGS, "--steps=100000", "--no-tensorboard"]
@@ -105,7 +105,7 @@ def test_merge_wait_ends_when_a_stop_is_asked_for(tmp_path):
     def merge() -> None:
         try:
             backend.merge(0, 1, {"w": torch.ones(2)}, step=50)
-        except MergeStopped as err:
+        except MergeCancelled as err:
             outcome["stopped"] = str(err)
 
     backend.stop = stop
@@ -205,7 +205,7 @@ PLAYER_SCRIPT = """
 import sys, time
 sys.path.insert(0, {root!r})
 from agent.config import make_config
-from workers.run import Run, RunSettings
+from workers.run.owner import Run, RunSettings
 
 cfg = make_config(1, task="cartpole-balance", device="cpu", mlp_dim=32, enc_dim=16,
     latent_dim=16, batch_size=16, num_samples=16, num_elites=4, num_pi_trajs=2, iterations=1,

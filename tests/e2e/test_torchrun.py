@@ -13,9 +13,9 @@ import torch
 from conftest import TINY_FLAGS, events, free_port, wait_until
 
 from agent.errors import UserError
-from workers.records import Checkpoint, KnobsApplied, Merge, Resumed, Stop
-from workers.run import Run
-from workers.rundir import RunDir, load_state
+from workers.run.owner import Run
+from workers.rundir.directory import RunDir, load_state
+from workers.rundir.records import Checkpoint, KnobsApplied, Merge, Resumed, Stop
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}

@@ -13,7 +13,7 @@ from agent.published import PUBLISHED
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
 from viewer.series import Series, downsample, published_curve, smooth
-from workers.records import Episode, Error, Eval, KnobsApplied, Merge, Train
+from workers.rundir.records import Episode, Error, Eval, KnobsApplied, Merge, Train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

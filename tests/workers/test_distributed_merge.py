@@ -5,8 +5,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import free_port
 
-from workers.distributed_merge import NOT_FINITE, DistributedMergeBackend, init_group
-from workers.merge import average_states
+from workers.merging.collective import NOT_FINITE, DistributedMergeBackend, init_group
+from workers.merging.files import average_states
 
 RANKS = 3
 

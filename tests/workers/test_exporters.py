@@ -13,11 +13,20 @@ import torch
 from conftest import tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from workers.exporters import attach_exporters, scalars
-from workers.records import Checkpoint, Episode, Eval, Merge, Record, Stop, Train, record_from_json
-from workers.run import Run, RunSettings
-from workers.rundir import RunDir
-from workers.trainer import Trainer
+from workers.run.owner import Run, RunSettings
+from workers.rundir.directory import RunDir
+from workers.rundir.records import (
+    Checkpoint,
+    Episode,
+    Eval,
+    Merge,
+    Record,
+    Stop,
+    Train,
+    record_from_json,
+)
+from workers.rundir.sinks import attach_exporters, scalars
+from workers.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 
 from agent.config import make_config
 from agent.envs import make_env
-from workers.trainer import Trainer
+from workers.training.trainer import Trainer
 
 STEPS = 6000
 THRESHOLD = 550.0

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agent.agent import TDMPC2
-from workers.merge import FileMergeBackend, average_states, distance
+from workers.merging.files import FileMergeBackend, average_states, distance
 
 
 def _state(value: float) -> dict:
@@ -104,7 +104,7 @@ def test_a_pack_mean_weighs_as_many_workers_as_it_averages():
 
 def test_weights_of_another_model_are_refused_and_huge_finite_weights_are_finite():
     from agent.errors import WeightsError
-    from workers.merge import is_finite
+    from workers.merging.files import is_finite
 
     other = {**_state(1.0), "extra": torch.zeros(1)}
     with pytest.raises(WeightsError, match="different keys"):

@@ -8,15 +8,15 @@ import torch
 from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
-import workers.worker as worker_module
+import workers.training.process as worker_module
 from agent.errors import ConfigError, UserError
-from workers.cli import main
-from workers.records import Episode, Error, KnobsApplied, Merge, Resumed, Stop
-from workers.run import Run, RunSettings
-from workers.rundir import load_state
-from workers.spawn import worker_spec
-from workers.worker import does_not_fit
-from workers.worker_spec import DOES_NOT_FIT, SNAPSHOT_FIELDS, STATES
+from workers.cli.headless import main
+from workers.run.owner import Run, RunSettings
+from workers.run.spawn import worker_spec
+from workers.rundir.directory import load_state
+from workers.rundir.records import Episode, Error, KnobsApplied, Merge, Resumed, Stop
+from workers.training.process import does_not_fit
+from workers.training.spec import DOES_NOT_FIT, SNAPSHOT_FIELDS, STATES
 
 
 def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):

@@ -16,13 +16,13 @@ from conftest import wait_until
 from agent.agent import TDMPC2
 from agent.envs import DMControlEnv
 from agent.errors import ConfigError, UserError
-from workers.frame_buffer import FrameBuffer
-from workers.merge import FileMergeBackend
-from workers.player import Pace
-from workers.records import Checkpoint, KnobsApplied, Merge
-from workers.run import Run, RunSettings
-from workers.rundir import RunDir, load_state, save_state
-from workers.shown_weights import _ShownWeights, model_weights, weights_file
+from workers.merging.files import FileMergeBackend
+from workers.run.owner import Run, RunSettings
+from workers.rundir.directory import RunDir, load_state, save_state
+from workers.rundir.records import Checkpoint, KnobsApplied, Merge
+from workers.showcase.frames import FrameBuffer
+from workers.showcase.player import Pace
+from workers.showcase.shown_weights import ShownWeights, model_weights, weights_file
 
 EPISODE = 200  # long enough that a reset is told apart from an episode's natural end
 
@@ -238,7 +238,7 @@ def test_player_notices_newer_weights_of_the_shown_source(live):
     agent = TDMPC2(live.cfg, env.observation_space.shape[0], env.action_space.shape[0])
     env.close()
     log = RunDir(live.path, metrics="player-test.jsonl")
-    shown = _ShownWeights(agent, live.path, log)
+    shown = ShownWeights(agent, live.path, log)
     merged = live.path / "merge" / "merged.pt"
     assert wait_until(merged.exists, timeout=120)
     assert not shown.newer()  # nothing loaded yet
@@ -263,7 +263,7 @@ def test_the_shown_weights_are_the_files_not_just_a_label(tmp_path):
     (tmp_path / "merge").mkdir()
     save_state(tmp_path / "merge" / "merged.pt", {"model": other.model_state(), "round": 3})
     log = RunDir(tmp_path, metrics="player-test.jsonl")
-    shown = _ShownWeights(agent, tmp_path, log)
+    shown = ShownWeights(agent, tmp_path, log)
     shown.refresh(-1)
     assert shown.round == 3
     assert all(torch.equal(agent.model_state()[k], v) for k, v in other.model_state().items())

@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from workers.progress import Progress, WorkersProgress, phase_text, worker_text
-from workers.rundir import RunDir
-from workers.trainer import Trainer, first_update_step, steps_warning
+from workers.rundir.directory import RunDir
+from workers.training.progress import Progress, WorkersProgress, phase_text, worker_text
+from workers.training.trainer import Trainer, first_update_step, steps_warning
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from workers.lines import parse_lines
-from workers.records import (
+from workers.run.tail import RecordTail
+from workers.rundir.directory import RunDir
+from workers.rundir.lines import parse_lines
+from workers.rundir.records import (
     RECORD_TYPES,
     Checkpoint,
     Crashed,
@@ -39,8 +41,6 @@ from workers.records import (
     parse_records,
     record_from_json,
 )
-from workers.records_tail import RecordTail
-from workers.rundir import RunDir
 
 ONE_OF_EACH = [
     Train(step=9, updates=4, steps_per_s=2.5, losses={"pi_loss": 0.25, "value_loss": 1.5}),
@@ -162,12 +162,12 @@ def test_the_tail_keeps_every_event_and_the_newest_snapshot(tmp_path):
 
 
 def test_no_module_but_the_records_reads_or_writes_a_record_kind_by_name():
-    """The one reader and writer: a record's kind is spelled in workers/records.py only."""
+    """The one reader and writer: a record's kind is spelled in workers/rundir/records.py only."""
     offenders = []
     for path in sorted(ROOT.glob("*/**/*.py")):
         relative = path.relative_to(ROOT)
         if relative.parts[0] in ("agent", "workers", "viewer", "bench"):
-            if relative != Path("workers/records.py") and '"kind"' in path.read_text():
+            if relative != Path("workers/rundir/records.py") and '"kind"' in path.read_text():
                 offenders.append(str(relative))
     assert offenders == []
     assert all(issubclass(cls, Record) and cls.KIND == kind for kind, cls in RECORD_TYPES.items())

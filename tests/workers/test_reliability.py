@@ -14,14 +14,23 @@ import pytest
 from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
-import workers.run
-import workers.rundir
+import workers.run.owner
+import workers.rundir.directory
 from agent.errors import UserError, WeightsError
 from viewer.model import RunModel
-from workers.cli import main
-from workers.knobs import KnobStore
-from workers.paths import checkpoint_path
-from workers.records import (
+from workers.cli.headless import main
+from workers.run.owner import Run, RunSettings
+from workers.rundir.directory import (
+    RunDir,
+    atomic_write_json,
+    load_checkpoint,
+    load_state,
+    previous_path,
+    save_checkpoint,
+)
+from workers.rundir.knob_record import KnobStore
+from workers.rundir.paths import checkpoint_path
+from workers.rundir.records import (
     Crashed,
     Episode,
     KnobsApplied,
@@ -31,23 +40,14 @@ from workers.records import (
     StartedFromMerged,
     Stop,
 )
-from workers.requests import RequestLog
-from workers.run import Run, RunSettings
-from workers.rundir import (
-    RunDir,
-    atomic_write_json,
-    load_checkpoint,
-    load_state,
-    previous_path,
-    save_checkpoint,
-)
+from workers.rundir.requests import RequestLog
 
 
 def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, monkeypatch):
     # Without the monitor, the survivor waited the whole merge timeout for the dead worker at
     # every merge; the timeout here is long enough that such a wait shows in merge_ms. A longer
     # back-off than the default leaves the survivor time to merge alone before the restart.
-    monkeypatch.setattr(workers.run, "RESTART_BACKOFF_S", 8.0)
+    monkeypatch.setattr(workers.run.owner, "RESTART_BACKOFF_S", 8.0)
     settings = RunSettings(workers=2, merge_every=100, merge_timeout_s=30, max_restarts=2)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
@@ -344,7 +344,7 @@ def test_a_full_disk_keeps_every_whole_line_and_retries_the_write(tmp_path, monk
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(workers.rundir.os, "write", full_disk_write)
+    monkeypatch.setattr(workers.rundir.directory.os, "write", full_disk_write)
     with pytest.raises(OSError, match="No space"):  # nobody waits for space: the error stands
         run_dir.log(Episode(step=2, ret=2.0, length=1))
     run_dir.on_write_error = lambda err, path, size: waits.append((err.errno, path.name, size))
@@ -355,7 +355,7 @@ def test_a_full_disk_keeps_every_whole_line_and_retries_the_write(tmp_path, monk
     assert [json.loads(line)["step"] for line in lines] == [1, 3]  # no half line left
     # An atomic write that fails keeps the previous file and leaves no temporary one.
     save_checkpoint(tmp_path / "w.pt", {"step": 1})
-    monkeypatch.setattr(workers.rundir.os, "replace", _raise_enospc)
+    monkeypatch.setattr(workers.rundir.directory.os, "replace", _raise_enospc)
     with pytest.raises(OSError):
         save_checkpoint(tmp_path / "w.pt", {"step": 2})
     with pytest.raises(OSError):

@@ -1,7 +1,7 @@
 import pytest
 
-from workers.records import Request
-from workers.requests import RequestLog, describe
+from workers.rundir.records import Request
+from workers.rundir.requests import RequestLog, describe
 
 
 def test_requests_are_served_once_in_order_and_an_owner_skips_old_ones(tmp_path):

@@ -12,8 +12,10 @@ from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError, UserError
-from workers.paths import checkpoint_path
-from workers.records import (
+from workers.run.owner import Run, RunSettings
+from workers.rundir.directory import load_state
+from workers.rundir.paths import checkpoint_path
+from workers.rundir.records import (
     Episode,
     KnobsApplied,
     Merge,
@@ -22,8 +24,6 @@ from workers.records import (
     StartedFromMerged,
     Stop,
 )
-from workers.run import Run, RunSettings
-from workers.rundir import load_state
 
 
 def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):

@@ -9,15 +9,15 @@ from conftest import tiny_run
 
 from agent.agent import TDMPC2
 from agent.errors import WeightsError
-from workers.paths import start_path
-from workers.records import StartedFromWeights
-from workers.run import Run, RunSettings
-from workers.rundir import RunDir, load_state, save_state
-from workers.shown_weights import weights_file
-from workers.spawn import worker_spec
-from workers.start import read_start_weights
-from workers.trainer import Trainer
-from workers.worker_start import start_worker
+from workers.run.owner import Run, RunSettings
+from workers.run.spawn import worker_spec
+from workers.run.start_weights import read_start_weights
+from workers.rundir.directory import RunDir, load_state, save_state
+from workers.rundir.paths import start_path
+from workers.rundir.records import StartedFromWeights
+from workers.showcase.shown_weights import weights_file
+from workers.training.first_weights import start_worker
+from workers.training.trainer import Trainer
 
 CARTPOLE_DIMS = (5, 1)
 

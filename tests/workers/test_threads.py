@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agent.errors import UserError
-from workers.threads import (
+from workers.host.threads import (
     MAX_USEFUL,
     THREAD_ENV,
     apply_threads,
@@ -74,7 +74,7 @@ def test_apply_sets_torch_and_the_environment_for_children(monkeypatch):
 
 
 def test_workers_get_the_policy_unless_the_run_says(tmp_path, tiny_cfg):
-    from workers.run import Run, RunSettings
+    from workers.run.owner import Run, RunSettings
 
     run = Run.create(tmp_path / "a", tiny_cfg, RunSettings(workers=2))
     assert run._spec(0, resume=False).threads == policy_threads(2, available_cores())

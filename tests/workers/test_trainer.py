@@ -1,8 +1,8 @@
 """The training loop in-process: update ratio with vectorised envs, run directory contents."""
 
-from workers.records import Episode, Eval
-from workers.rundir import RunDir, load_state
-from workers.trainer import Trainer
+from workers.rundir.directory import RunDir, load_state
+from workers.rundir.records import Episode, Eval
+from workers.training.trainer import Trainer
 
 
 def test_vectorised_training_keeps_the_update_ratio(tiny_cfg, tmp_path):

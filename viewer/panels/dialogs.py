@@ -10,7 +10,7 @@ import dearpygui.dearpygui as dpg
 
 from viewer.controller import Controller, View
 from viewer.panels import TextStyles
-from workers.presets import cuda_available, model_sizes, tasks
+from workers.cli.presets import cuda_available, model_sizes, tasks
 
 HELP = """Keyboard (as in the MuJoCo viewer, where they fit)
   Space       pause / resume rendering (training goes on)

@@ -1,0 +1,288 @@
+"""The flags of launch.py: parsing them (one-line answers to bad input, the reference
+implementation's key=value style) and the flags themselves (every Config field is one).
+
+Shared by the three front doors, headless training (cli.py), the window (viewer/main.py) and the
+benchmarks (bench/cli.py), so a flag means the same thing everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import NoReturn
+
+from agent.config import MODEL_SIZES, Config, field_docs, make_config
+from agent.knobs import knobs
+
+# Flags with their own handling (not plain Config overrides; config_from_args skips them).
+OWN_HANDLING = {"model_size", "task", "steps", "seed", "device"}
+DEFAULT_TASK, DEFAULT_SIZE = "walker-walk", 5
+
+
+_KEY_VALUE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)=(.*)", re.DOTALL)
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's line breaks; adds a flag's default to its help when the help does not
+    say it already and there is one worth saying (not None or False: those mean 'not given')."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or "default" in text
+            or default is None
+            or default is False
+            or default == ""
+            or default == argparse.SUPPRESS
+        ):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse that answers bad input in one line (a did-you-mean for a mistyped flag) and also
+    takes the reference implementation's `key=value` style: `model_size=5` is `--model-size 5`."""
+
+    def __init__(self, **kwargs) -> None:
+        # No prefix matching: `--step` is a typo to point out, not an abbreviation to guess at.
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(**kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace=None) -> argparse.Namespace:
+        argv = translate_key_values(self, sys.argv[1:] if args is None else list(args))
+        parsed, extra = self.parse_known_args(argv, namespace)
+        if extra:
+            self.error(_unknown_argument(self, extra[0]))
+        return parsed
+
+    def long_flags(self) -> list[str]:
+        return [flag for flag in self._option_string_actions if flag.startswith("--")]
+
+
+def _unknown_argument(parser: CliParser, token: str) -> str:
+    if token == "bench":
+        return "bench is a command of its own: launch.py bench [flags] (see launch.py bench --help)"
+    if not token.startswith("-"):
+        return f"unexpected argument {token!r} (flags start with --, or write key=value)"
+    flag = token.split("=", 1)[0]
+    close = difflib.get_close_matches(flag, parser.long_flags(), n=1)
+    hint = f"did you mean {close[0]}?" if close else f"see {parser.prog} --help"
+    return f"unknown flag {flag} ({hint})"
+
+
+def translate_key_values(parser: CliParser, argv: list[str]) -> list[str]:
+    """`key=value` arguments as the flags they stand for (underscores or dashes in the key;
+    true/false for switches); an unknown key is refused with a did-you-mean."""
+    actions = parser._option_string_actions
+    out: list[str] = []
+    value_next = False  # the previous flag takes a value: this token is it, whatever it holds
+    for token in argv:
+        match = None if value_next else _KEY_VALUE.fullmatch(token)
+        if match is None:
+            out.append(token)
+            action = None if value_next else actions.get(token)
+            value_next = action is not None and action.nargs != 0
+            continue
+        key, value = match.groups()
+        flag = "--" + key.replace("_", "-")
+        action = actions.get(flag)
+        if action is None or isinstance(action, argparse._HelpAction):
+            keys = [f[2:] for f in parser.long_flags() if f != "--help"]
+            close = difflib.get_close_matches(key.replace("_", "-"), keys, n=1)
+            if close and "-" not in key:  # answer in the writer's style: model_size
+                close = [close[0].replace("-", "_")]
+            hint = f"did you mean {close[0]}?" if close else f"see {parser.prog} --help"
+            parser.error(f"unknown key {key} ({hint})")
+        if action.nargs != 0:
+            out.append(f"{flag}={value}")
+            continue
+        word = value.strip().lower()
+        if word not in _TRUE | _FALSE:
+            parser.error(f"{key} is a switch: write {key}=true or {key}=false, not {value!r}")
+        on = word in _TRUE
+        if isinstance(action, argparse.BooleanOptionalAction):
+            out.append(flag if on else next(f for f in action.option_strings if f != flag))
+        elif on:
+            out.append(flag)  # a store_true flag; false is its default: nothing to add
+    return out
+
+
+def _config_defaults() -> dict[str, str]:
+    """Each config field's default as --help shows it: the value of the default preset, or the
+    value per model size for the fields the size sets."""
+    by_size = {size: make_config(size, task=DEFAULT_TASK) for size in MODEL_SIZES}
+    shown = {}
+    for f in fields(Config):
+        values = [getattr(cfg, f.name) for cfg in by_size.values()]
+        if len(set(values)) > 1:
+            sizes = ", ".join(f"{v} at {size}M" for size, v in zip(by_size, values))
+            shown[f.name] = f"from --model-size: {sizes}"
+            continue
+        value = values[0]
+        if isinstance(value, bool):
+            shown[f.name] = "on" if value else "off"
+        elif isinstance(value, float):
+            shown[f.name] = f"{value:g}"
+        else:
+            shown[f.name] = str(value)
+    return shown
+
+
+def _live(name: str) -> str:
+    """'; live knob in [low, high]' for a knob of the table (agent/knobs.py), else ''."""
+    knob = knobs().get(name)
+    return f"; live knob in {knob.bounds}" if knob else ""
+
+
+def add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
+    docs = field_docs()
+    defaults = _config_defaults()
+    group = parser.add_argument_group(
+        "config (defaults: TD-MPC2's settings, walker-walk 5M; the window: its demo preset)"
+    )
+    for f in fields(Config):
+        if f.name in OWN_HANDLING or f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = {"int": int, "float": float, "str": str}.get(f.type)
+        # argparse %-formats help text: a literal % must be doubled.
+        text = f"{docs[f.name]} (default: {defaults[f.name]}{_live(f.name)})".replace("%", "%%")
+        if f.type == "bool":
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(flag, type=kind, default=None, metavar=f.type.upper(), help=text)
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--task", default=None, help=f"DMControl task as domain-task (default: {DEFAULT_TASK})"
+    )
+    parser.add_argument(
+        "--model-size",
+        type=int,
+        default=None,
+        metavar="M",
+        help=f"1, 5, 19 or 48 million parameters (default: {DEFAULT_SIZE})",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1, metavar="N", help="seed for networks and environments"
+    )
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto: CUDA when present")
+
+
+USAGE = """launch.py [--headless] [FLAG VALUE | key=value ...]
+       launch.py bench [FLAG VALUE | key=value ...]   (see launch.py bench --help)"""
+
+EPILOG = """examples:
+  python3 launch.py
+      open the window and train the demo preset (on a CPU: cartpole-balance, 1M, 2 workers)
+  python3 launch.py --headless --task walker-walk --model-size 5 --steps 100000
+      train without a window; the same in the reference implementation's key=value style:
+      python3 launch.py --headless task=walker-walk model_size=5 steps=100000
+  python3 launch.py bench --model-size 1 --json
+      time an update, a plan and an environment step (launch.py bench --help for more)
+
+Every flag may also be written key=value (underscores or dashes; switches: compile=false)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CliParser(
+        prog="launch.py",
+        usage=USAGE,
+        description="TD-MPC2 Live: watch TD-MPC2 learn and tune its knobs while it runs.\n"
+        "Without flags the window opens and trains a demo preset; --headless trains without it.",
+        epilog=EPILOG,
+    )
+    parser.add_argument("--headless", action="store_true", help="train without a window")
+    add_common_flags(parser)
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="agent steps to train (default: 100000; the window's demo preset: until stopped)",
+    )
+    parser.add_argument("--run-dir", default=None, help="run directory (default: runs/TASK-TIME)")
+    parser.add_argument(
+        "--load",
+        default=None,
+        metavar="WEIGHTS",
+        help="every worker of a new run starts from these weights (a worker-K.pt, a checkpoint "
+        "or merge/merged.pt of an earlier run of the same task and model size)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads per training process, 1 to the number of cores (default: the cores "
+        "shared out between the workers, one core left free, at most 4 each)",
+    )
+    logs = parser.add_argument_group("logs (worker-K.jsonl and eval CSV always)")
+    logs.add_argument(
+        "--no-tensorboard",
+        action="store_true",
+        help="write no TensorBoard event files (default: written into RUN_DIR/tb when installed)",
+    )
+    logs.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log to Weights & Biases (needs the wandb package; offline when not logged in)",
+    )
+    multi = parser.add_argument_group("merged-weight workers")
+    multi.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="workers, N >= 1 (default: headless 1; the window 2, or 4 with CUDA)",
+    )
+    multi.add_argument(
+        "--pack",
+        type=int,
+        default=None,
+        metavar="K",
+        help="train K workers as one batched model in one process, merging among themselves "
+        "on the device (default: with CUDA all of a GPU's workers; on the CPU 1: one process "
+        "per worker)",
+    )
+    multi.add_argument(
+        "--merge-every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="agent steps between merges (default: 2500; the CPU demo preset 500"
+        + _live("merge_every")
+        + ")",
+    )
+    multi.add_argument(
+        "--control-worker", action="store_true", help="one extra worker never merges"
+    )
+    multi.add_argument(
+        "--checkpoint-every", type=int, default=10_000, metavar="STEPS", help="agent steps"
+    )
+    multi.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="restart a crashed worker from the merged weights at most N times, after 2, 4, "
+        "8... s (default: 3; 0: never; a resumed run keeps its own unless given)",
+    )
+    multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
+    parser.add_argument(
+        "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
+    )
+    add_config_flags(parser)
+    return parser

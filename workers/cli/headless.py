@@ -1,0 +1,129 @@
+"""Headless training from launch.py's command line: a run of its workers with a progress line,
+and the exit code (a rank of a torchrun job: torchrun.py). The flags are in
+flags.py, the config and settings they make in start.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from agent.errors import UserError
+from workers.cli.flags import build_parser
+from workers.host.signals import StopSignals
+from workers.host.threads import check_threads, choose_threads
+
+
+def demo_requested(args: argparse.Namespace) -> bool:
+    """Neither a task nor a model size given: the window starts its demo preset."""
+    return args.task is None and args.model_size is None
+
+
+def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
+    """0 for a run that ended or was stopped as asked (SIGTERM, an attached window), 130
+    after Ctrl+C, as shells expect of an interrupted program."""
+    if not interrupted:
+        return 0
+    return stops.exit_code if stops is not None and stops.first is not None else 130
+
+
+def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
+    from workers.cli.new_run import config_from_args, default_run_dir, settings_from_args
+    from workers.run.owner import Run
+    from workers.training.process import DOES_NOT_FIT
+    from workers.training.progress import WorkersProgress
+    from workers.training.trainer import steps_warning
+
+    if args.resume:
+        run = Run.resume(args.resume, steps=args.steps)
+        if args.threads:
+            run.settings = replace(run.settings, threads_per_worker=args.threads)
+        if args.max_restarts is not None:
+            run.settings = replace(run.settings, max_restarts=args.max_restarts)
+    else:
+        cfg = config_from_args(args)
+        merge_every = 2500 if args.merge_every is None else args.merge_every
+        workers = 1 if args.workers is None else args.workers  # 0 is refused, not made 1
+        settings = settings_from_args(args, workers, merge_every)
+        path = args.run_dir or default_run_dir(cfg.task)
+        run = Run.create(path, cfg, settings, start_weights=args.load)
+        warning = steps_warning(run.cfg)
+        if warning:
+            print(warning, file=sys.stderr)
+    packs = run.settings.packs
+    threads = choose_threads(len(packs), run.settings.threads_per_worker or None)
+    shape = "" if run.settings.pack == 1 else f" in {len(packs)} pack{'s' * (len(packs) > 1)}"
+    print(
+        f"{run.settings.workers} worker{'s' * (run.settings.workers > 1)}{shape} on "
+        f"{run.cfg.task}; run directory {run.path}\n"
+        f"{threads.describe()}",
+        file=sys.stderr,
+    )
+    progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_seed_steps, not args.quiet)
+    interrupted = False
+    try:
+        run.start()
+        while any(w["alive"] for w in run.progress()) or run.restarting:
+            time.sleep(0.5)  # requests from an attached window are served within this
+            if _serve_requests(run, progress.write):  # a stop asked for: exit code 0
+                progress.write("stopping, as an attached window asked...")
+                run.stop()
+                break
+            for line in run.notices():  # a worker died, restarts, a knob record refused
+                progress.write(line)
+            progress.update(run.progress())
+        progress.update(run.progress(), force=True)
+        run.check_run_dir()
+        for line in run.notices():  # what the last moments brought (a vanished directory)
+            progress.write(line)
+    except KeyboardInterrupt:
+        interrupted = True
+        progress.write("stopping: each worker writes a checkpoint...")
+        run.stop()
+    finally:
+        progress.close()
+    if run.gone:  # said above; nothing to continue from where it was
+        return 1
+    if any(w["exitcode"] == DOES_NOT_FIT for w in run.progress()):
+        return 1  # said above (the worker's line): the run cannot go on as it is
+    print(f"{run.summary(interrupted)}; continue with --resume {run.path}", file=sys.stderr)
+    return _exit_code(interrupted, stops)
+
+
+def _serve_requests(run, say: Callable[[str], None]) -> bool:
+    """Serve an attached window's requests, saying so; True when one asked to stop."""
+    stop = False
+    from workers.rundir.requests import describe
+
+    for request in run.serve_requests():
+        say(f"attached window asked: {describe(request)}")
+        stop = stop or request.action == "stop"
+    return stop
+
+
+def main(argv: list[str]) -> int:
+    stops = StopSignals()
+    try:
+        args = build_parser().parse_args(argv)
+        if not args.headless:
+            raise UserError("the window is opened by launch.py (this entry point is headless)")
+        if args.attach:
+            raise UserError("--attach watches a run in the window: leave out --headless")
+        check_threads(args.threads)
+        stops.install()  # Ctrl+C and SIGTERM: a clean stop from here on
+        from workers.cli.new_run import check_run_flags
+
+        check_run_flags(args)
+        from workers.cli.torchrun import run_rank, torchrun_rank
+
+        if torchrun_rank() is not None:  # started by torchrun: this is one rank of a job
+            return run_rank(args)
+        return run_workers(args, stops)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before training began: nothing to save
+        print("interrupted", file=sys.stderr)
+        return _exit_code(True, stops)

@@ -1,0 +1,66 @@
+"""How a new run starts from the flags, written once for the command line, the window and a
+torchrun job: its config and its settings, checked before anything is written."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from agent.config import Config, make_config
+from agent.envs import resolve_task
+from agent.errors import UserError
+from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
+from workers.cli.presets import Preset, preset_config
+from workers.rundir.settings import RunSettings
+
+
+def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> Config:
+    """The config the flags ask for: defaults (walker-walk, 5M) or `preset`, flags on top."""
+    overrides = {
+        f.name: getattr(args, f.name)
+        for f in fields(Config)
+        if f.name not in OWN_HANDLING and getattr(args, f.name, None) is not None
+    }
+    overrides.update(seed=args.seed, device=args.device)
+    if getattr(args, "steps", None) is not None:
+        overrides["steps"] = args.steps
+    if preset is not None:
+        cfg = preset_config(preset, **overrides)
+    else:
+        cfg = make_config(
+            args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
+        )
+        resolve_task(cfg.task)  # an unknown name fails now (preset_config checks its own)
+    return cfg
+
+
+def default_run_dir(task: str) -> Path:
+    return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Flags that contradict each other or are out of range: UserError, before anything runs."""
+    if args.pack is not None and args.pack < 1:
+        raise UserError(f"--pack must be at least 1, got {args.pack}")
+    if args.pack is not None and args.resume:
+        raise UserError("--pack is chosen when a run starts: a resumed run keeps its own")
+    if args.load and args.resume:
+        raise UserError("--load starts a new run: a resumed run goes on from its checkpoints")
+
+
+def settings_from_args(args: argparse.Namespace, workers: int, merge_every: int) -> RunSettings:
+    """The run settings the flags ask for, with `workers` training workers (a control worker
+    comes on top) merging every `merge_every` agent steps."""
+    return RunSettings(
+        workers=workers + (1 if args.control_worker else 0),
+        merge_every=merge_every,
+        control_worker=args.control_worker,
+        checkpoint_every=args.checkpoint_every,
+        tensorboard=not args.no_tensorboard,
+        wandb=args.wandb,
+        threads_per_worker=args.threads or 0,  # 0: workers/host/threads.py decides
+        max_restarts=3 if args.max_restarts is None else args.max_restarts,
+        pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
+    )

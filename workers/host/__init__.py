@@ -1,0 +1,1 @@
+"""What a worker process takes from the machine: its threads and its signals."""

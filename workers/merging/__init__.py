@@ -1,0 +1,1 @@
+"""Averaging workers' weights: through files and locks on one machine, or as one all-reduce."""

@@ -1,0 +1,283 @@
+"""Weight merging: a plain mean of the workers' networks, behind one small backend interface.
+
+What is averaged: every floating-point tensor of the world model (encoder, dynamics, reward,
+termination, policy, Qs, target Qs) and the running Q scale. What is not: each worker keeps its
+own Adam moments, buffer and RNG. A worker whose weights are not finite is left out.
+
+The file backend (one machine): each worker writes its weights for merge round r into
+merge/worker-K.pt (atomic rename, under a file lock), waits a bounded time for the others to
+reach round r, averages the set it found and writes merge/merged.pt. A slow or dead worker is
+left out of that round, never waited for past the timeout. Who takes part is read from
+merge/members.json before each merge (the run rewrites it when a worker is added or removed),
+so a removed worker is not waited for and an added one joins the next round. Each file also
+records the agent step of its weights (merged.pt: the largest among the participants), which the
+showcase shows.
+A pack of workers in one process (agent/agent.py) averages its own workers first and takes part
+as one file: the mean of its finite workers, how many they are, and which indices it covers.
+A torch.distributed backend would do the same merge with an all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from agent.errors import WeightsError
+from workers.rundir.directory import DirLock, atomic_write_json, load_state, save_state
+from workers.rundir.paths import MEMBERS, MERGED, members_path, merge_dir, merged_path, weights_name
+
+State = dict[str, torch.Tensor]
+
+
+def _floats(state: State) -> list[torch.Tensor]:
+    return [t for t in state.values() if t.is_floating_point()]
+
+
+def is_finite(state: State) -> bool:
+    # One sum per tensor: NaN and inf propagate, and it is far cheaper than isfinite on every
+    # element of a few million weights.
+    sums = torch.stack([t.sum(dtype=torch.float64) for t in _floats(state)])
+    return bool(torch.isfinite(sums).all())
+
+
+def average_states(states: list[State], counts: list[int] | None = None) -> State:
+    """Element-wise mean of several model state dicts of the same shapes. `counts`: how many
+    workers each state is the mean of (a pack's), so that every worker weighs the same."""
+    if not states:
+        raise ValueError("nothing to average")
+    counts = counts or [1] * len(states)
+    keys = states[0].keys()
+    for other in states[1:]:
+        if other.keys() != keys:
+            raise WeightsError("workers' weights have different keys: not the same model")
+    floats = [k for k in keys if states[0][k].is_floating_point()]
+    total = [states[0][k].clone() for k in floats]
+    if counts[0] != 1:
+        torch._foreach_mul_(total, float(counts[0]))
+    for other, count in zip(states[1:], counts[1:]):
+        torch._foreach_add_(total, [other[k].to(total[0].device) for k in floats], alpha=count)
+    torch._foreach_div_(total, float(sum(counts)))
+    out = {k: v.clone() for k, v in states[0].items() if k not in floats}
+    out.update(zip(floats, total))
+    return {k: out[k] for k in keys}
+
+
+def distance(state: State, reference: State) -> float:
+    """L2 norm of the difference over all floating-point tensors."""
+    keys = [k for k, t in state.items() if t.is_floating_point()]
+    diffs = torch._foreach_sub([state[k] for k in keys], [reference[k] for k in keys])
+    return float(torch.stack(torch._foreach_norm(diffs)).norm())
+
+
+# pragma: no mutate block (mutation testing stops here: the file backend below is I/O, which
+# tests/workers covers end to end; the averaging above is the algorithm)
+@dataclass(frozen=True)
+class _Entry:
+    """A worker's (or a pack's) weights file as read."""
+
+    round: int
+    model: State
+    step: int | None
+    members: tuple[int, ...]  # the workers whose mean it is
+    covers: tuple[int, ...]  # the workers it stands for
+
+
+class MergeCancelled(Exception):
+    """A merge given up while waiting for the others, because a stop was asked for."""
+
+
+@dataclass
+class MergeResult:
+    merged: State
+    round: int
+    participants: list[int]
+    left_out: dict[int, str] = field(default_factory=dict)
+    distances: dict[int, float] = field(default_factory=dict)
+    step: int | None = None  # the largest agent step among the participants, when known
+
+
+def write_members(
+    run_path: str | Path, workers: list[int], down: dict[int, str] | None = None
+) -> None:
+    """Record which workers take part in merges from now on (atomic). `down`: workers of the
+    run that are not running now (crashed, restarting), with why: nobody waits for them, and
+    each merge reports them as left out."""
+    path = members_path(run_path)
+    path.parent.mkdir(exist_ok=True)  # not parents: a vanished run directory is not recreated
+    down = {int(k): str(v) for k, v in (down or {}).items()}
+    record = {
+        "workers": sorted(set(workers) - set(down)),
+        "down": {str(k): v for k, v in down.items()},
+    }
+    atomic_write_json(path, record)
+
+
+def merged_step(run_path: str | Path) -> int:
+    """The agent step of the newest merged weights (-1: none, or unreadable)."""
+    try:
+        return int(load_state(merged_path(run_path)).get("step", 0))
+    except (WeightsError, ValueError, TypeError):
+        return -1
+
+
+class FileMergeBackend:
+    """Merging through files in the run directory, for workers on one machine."""
+
+    def __init__(
+        self,
+        run_path: str | Path,
+        workers: list[int],
+        timeout_s: float = 30.0,
+        stop: Callable[[], bool] | None = None,
+    ):
+        """`stop`: polled while waiting for the others; once it returns True, merge raises
+        MergeCancelled (a stopping worker must not wait out the timeout before its checkpoint)."""
+        self.dir = merge_dir(run_path)
+        self.dir.mkdir(exist_ok=True)  # not parents: a vanished run directory stays gone
+        self.workers, self.timeout_s = list(workers), timeout_s
+        self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
+        self.stop = stop
+
+    def members(self) -> list[int]:
+        """The workers taking part now: members.json if the run wrote one, else those given."""
+        try:
+            record = json.loads((self.dir / MEMBERS).read_text())
+            found, down = record["workers"], record.get("down", {})
+            if isinstance(found, list) and all(isinstance(w, int) for w in found):
+                self.workers = found
+                self.down = {int(k): str(v) for k, v in dict(down).items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none yet, or damaged: keep the last good list
+        return list(self.workers)
+
+    def _path(self, worker: int) -> Path:
+        return self.dir / weights_name(worker)
+
+    def _lock(self, path: Path) -> DirLock:
+        return DirLock(str(path) + ".lock", timeout=self.timeout_s)
+
+    def publish(
+        self,
+        worker: int,
+        round_: int,
+        state: State,
+        step: int | None = None,
+        members: tuple[int, ...] = (),
+        covers: tuple[int, ...] = (),
+    ) -> None:
+        """Write `worker`'s weights for round `round_`; a pack's are the mean of its workers
+        `members` and stand for all of `covers` (a worker left out included)."""
+        path = self._path(worker)
+        payload = {
+            "round": round_,
+            "time": time.time(),
+            "model": {k: v.cpu() for k, v in state.items()},
+            "members": sorted(members or (worker,)),
+            "covers": sorted({worker, *members, *covers}),
+        }
+        if step is not None:  # the showcase labels these weights with their agent step
+            payload["step"] = int(step)
+        with self._lock(path):
+            save_state(path, payload)
+
+    def _read(self, worker: int) -> _Entry | str:
+        path = self._path(worker)
+        if not path.exists():
+            return "no weights yet"
+        try:
+            with self._lock(path):
+                payload = load_state(path)
+            step = payload.get("step")
+            return _Entry(
+                int(payload["round"]),
+                payload["model"],
+                None if step is None else int(step),
+                tuple(int(w) for w in payload.get("members", (worker,))),
+                tuple(int(w) for w in payload.get("covers", (worker,))),
+            )
+        except (WeightsError, KeyError, TypeError, ValueError) as err:
+            return f"unreadable weights file ({err})"
+
+    def read(self, worker: int) -> tuple[int, State] | str:
+        """(round, weights) of a worker's newest file, or the reason it cannot be used."""
+        entry = self._read(worker)
+        return entry if isinstance(entry, str) else (entry.round, entry.model)
+
+    def merge(
+        self,
+        worker: int,
+        round_: int,
+        state: State,
+        step: int | None = None,
+        members: tuple[int, ...] = (),
+        covers: tuple[int, ...] = (),
+    ) -> MergeResult | None:
+        """Merge round `round_`: `state` is `worker`'s weights, or (a pack) the mean of its
+        workers `members`, standing for all of `covers`. Returns the mean over every worker
+        (each weighs the same, whether it came alone or in a pack)."""
+        if not is_finite(state):
+            return None
+        self.publish(worker, round_, state, step, members, covers)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            found: dict[int, State] = {worker: state}
+            inside, steps = {worker: members or (worker,)}, {worker: step}
+            left_out: dict[int, str] = {}
+            covered = {worker, *covers}
+            for other in self.members():  # a pack's file is its lowest index: read first
+                if other in covered:
+                    continue
+                entry = self._read(other)
+                if isinstance(entry, str):
+                    left_out[other] = entry
+                    continue
+                covered.update(entry.covers)
+                if entry.round < round_:
+                    left_out[other] = f"behind (round {entry.round} < {round_})"
+                elif not is_finite(entry.model):
+                    left_out[other] = "non-finite weights"
+                else:
+                    found[other], steps[other] = entry.model, entry.step
+                    inside[other] = entry.members
+            waiting = [w for w, why in left_out.items() if why.startswith(("behind", "no weights"))]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            if self.stop is not None and self.stop():
+                raise MergeCancelled(f"stopped while waiting for workers {waiting}")
+            time.sleep(0.05)
+        left_out.update({w: why for w, why in self.down.items() if w != worker})
+        for other, why in left_out.items():
+            if why.startswith("unreadable"):
+                warnings.warn(
+                    f"worker {other} left out of merge round {round_}: {why}", stacklevel=2
+                )
+        merged = average_states(list(found.values()), [len(inside[w]) for w in found])
+        result = MergeResult(
+            merged=merged,
+            round=round_,
+            participants=sorted(w for file in found for w in inside[file]),
+            left_out=left_out,
+            # Each lone worker's distance from the mean (a pack tells its own workers').
+            distances={w: distance(s, merged) for w, s in found.items() if inside[w] == (w,)},
+        )
+        known = [s for s in steps.values() if s is not None]
+        # The merged weights are as trained as the furthest participant.
+        self.publish_merged(round_, merged, result.participants, max(known) if known else None)
+        return result
+
+    def publish_merged(
+        self, round_: int, state: State, participants: list[int], step: int | None
+    ) -> None:
+        payload = {"round": round_, "time": time.time(), "participants": participants}
+        payload["model"] = {k: v.cpu() for k, v in state.items()}
+        if step is not None:
+            payload["step"] = int(step)
+        merged_path = self.dir / MERGED
+        with self._lock(merged_path):
+            save_state(merged_path, payload)

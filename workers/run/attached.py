@@ -1,0 +1,120 @@
+"""A view of a run that another process started (`launch.py --headless --workers 2`, or a
+window): Run.attach gives one.
+
+It owns no workers: progress comes from the workers' metrics records (tail.py),
+and pause, resume, checkpoint, stop and worker changes go to the owner as requests
+(workers/rundir/requests.py), which it serves (Run.serve_requests). Events, knobs and its own
+showcase work as for the owner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.config import Config
+from agent.errors import UserError
+from workers.run.base import BaseRun
+from workers.rundir.paths import RUN
+from workers.rundir.settings import RunSettings, read_record
+
+TORCHRUN_JOB = (
+    "this run is a torchrun job of {ranks} ranks: it takes knobs from the window, but pause, "
+    "checkpoint, restarts and adding or removing workers are not served; stop it with Ctrl+C "
+    "or SIGTERM to its torchrun launcher (every rank writes a checkpoint)"
+)
+NOT_SERVED = (
+    "no process is training this run now (no worker has written a record for a minute), so "
+    "nobody would serve the request: continue the run with --resume {path}"
+)
+
+
+class AttachedRun(BaseRun):
+    attached = True
+
+    def __init__(self, path: Path, cfg: Config, settings: RunSettings) -> None:
+        super().__init__(path, cfg, settings, resumed=True)
+        self._settings_changed = 0  # run.json's mtime when last read
+
+    @classmethod
+    def open(cls, path: str | Path) -> AttachedRun:
+        """Attach to the run in `path` (UserError if it is not a run, or damaged)."""
+        path = Path(path)
+        cfg, settings = read_record(path)
+        run = cls(path, cfg, settings)
+        run._check_knob_history()
+        return run
+
+    def start(self, nice: int = 0) -> None:
+        raise UserError("an attached run cannot start workers: it watches another process's")
+
+    def _ask_owner(self, action: str, worker: int | None = None) -> None:
+        """Pass a request to the process that owns the run (see Run.serve_requests)."""
+        if self.settings.ranks:
+            raise UserError(TORCHRUN_JOB.format(ranks=self.settings.ranks))
+        # Workers not heard from yet may still be starting: only silence after records, or
+        # every worker ended, shows that nobody is there.
+        if not any(w["alive"] or not w["heartbeat"] for w in self.progress()):
+            raise UserError(NOT_SERVED.format(path=self.path))
+        self.requests.send(action, worker)
+
+    def pause(self) -> None:
+        self._ask_owner("pause")
+
+    def resume_training(self) -> None:
+        self._ask_owner("resume_training")
+
+    def checkpoint(self) -> None:
+        self._ask_owner("checkpoint")
+
+    def request_stop(self) -> None:
+        """Ask the owner to stop training (compare stop(), which only lets go of the run)."""
+        self._ask_owner("stop")
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop this view's showcase player only: the workers are another process's (to stop
+        them, request_stop)."""
+        self.stop_player()
+
+    def restart_worker(self, index: int) -> None:
+        self._check_restartable(index)
+        self._ask_owner("restart_worker", worker=index)
+
+    def add_worker(self) -> int:
+        """Ask the owner to add a worker; returns the index it will have."""
+        self._check_merged_weights()
+        self._ask_owner("add_worker")
+        return self.settings.workers
+
+    def remove_worker(self, index: int) -> None:
+        self._check_removable(index)
+        self._ask_owner("remove_worker", worker=index)
+
+    def progress(self) -> list[dict]:
+        """The owner's keys, from the workers' metrics records read so far: state
+        seeding/pretraining/training/paused as recorded if a record arrived within
+        ATTACHED_IDLE_S, else 'attached-idle', or done/stopped/crashed as recorded; exitcode
+        None."""
+        self._poll()
+        rows = [self._tail.seen(i).progress(i) for i in range(self.settings.workers)]
+        for row in rows:
+            if row["worker"] in self.settings.removed and not row["alive"]:
+                row["state"] = "removed"
+        # Nothing trains (paused or ended): this view's showcase may use the free cores,
+        # as the owner's does while it pauses (the event is local to an attached run).
+        resting = all(r["state"] == "paused" or (not r["alive"] and r["heartbeat"]) for r in rows)
+        (self._pause.set if rows and resting else self._pause.clear)()
+        return rows
+
+    def _poll(self) -> None:
+        self._follow_settings()
+        super()._poll()
+
+    def _follow_settings(self) -> None:
+        """The owner can add or remove workers: follow its run.json."""
+        try:
+            changed = (self.path / RUN).stat().st_mtime_ns
+            if changed != self._settings_changed:
+                self._settings_changed = changed
+                self.settings = read_record(self.path)[1]
+        except (OSError, UserError):
+            pass  # being replaced right now, or damaged: keep the last good settings

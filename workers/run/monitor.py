@@ -1,0 +1,254 @@
+"""The owning run's monitor thread: it sees a worker's exit at once, takes it out of the
+merges, records why (a "crashed" record), restarts it with a back-off, and tells the user what
+the workers recorded that needs saying (a refused knob record, a resume, a full disk, a vanished
+run directory).
+
+A mixin of owner.py Run, sharing the run's process handles and lock: the state it keeps
+is initialised by _init_monitor, the thread started by _start_monitor (after _mark_start).
+"""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import shutil
+import signal
+import threading
+import time
+
+from workers.run.spawn import WorkerProcess
+from workers.run.tail import newest_error
+from workers.rundir.directory import RunDir, human_size
+from workers.rundir.paths import metrics_name
+from workers.rundir.records import Crashed, KnobsRefused, Resumed, parse_records
+from workers.training.disk_guard import dir_identity
+from workers.training.spec import DOES_NOT_FIT, STATES
+
+MONITOR_S = 0.25  # the monitor thread looks at least this often (a worker's exit: at once)
+
+
+class WorkerMonitor:
+    """Mixed into Run, whose path, settings, _procs (WorkerProcess), _lock, _stop, _note,
+    _spec, _spawn, _join_step and _write_members it uses."""
+
+    def _init_monitor(self, restart_backoff_s: float) -> None:
+        self.restart_backoff_s = restart_backoff_s  # before the first automatic restart; doubles
+        self._down: dict[int, str] = {}  # merging workers not running now, with why
+        self._restarts: dict[int, int] = {}  # automatic restarts so far, per worker
+        self._restart_at: dict[int, float] = {}  # scheduled restarts (time.monotonic())
+        self._rejoin: set[int] = set()  # restarted: back in the merges once past "starting"
+        self._monitor: threading.Thread | None = None
+        self._scanned: dict[int, int] = {}  # bytes of each worker's records the monitor read
+        self._dir_id: tuple[int, int] | None = None  # the run directory's, when started
+        self._refusals_told: set = set()
+        self._disk_full: set[int] = set()  # workers told of as paused for want of disk space
+
+    def _mark_start(self) -> None:
+        """Before the workers spawn: the directory to watch, and records to tell of from now."""
+        self._dir_id = dir_identity(self.path)
+        for index in range(self.settings.workers):  # tell only of what happens from now on
+            path = self.path / metrics_name(index)
+            self._scanned[index] = path.stat().st_size if path.exists() else 0
+
+    def _start_monitor(self) -> None:
+        self._monitor = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
+        self._monitor.start()
+
+    @property
+    def restarting(self) -> bool:
+        """True while a crashed worker waits for its automatic restart or is starting again."""
+        with self._lock:
+            return bool(self._restart_at or self._rejoin)
+
+    def _watch(self) -> None:
+        """The monitor thread: sees a worker's exit within MONITOR_S, takes it out of the
+        merges at once, records why and restarts it with a back-off (see _ended)."""
+        while not self._stop.is_set():
+            with self._lock:
+                # A pack's workers share one process: wait on it once.
+                waiting = list({p.process.sentinel for p in self._procs.values() if not p.handled})
+            try:
+                # Returns as soon as a worker exits; else after MONITOR_S.
+                multiprocessing.connection.wait(waiting, timeout=MONITOR_S)
+            except (OSError, ValueError):  # a sentinel closed meanwhile: look again
+                time.sleep(MONITOR_S)
+            if self._stop.is_set():
+                return
+            try:
+                self._check()
+            except Exception as err:  # the monitor must outlive anything it finds
+                self._note(f"error: run monitor: {type(err).__name__}: {err}")
+                time.sleep(1.0)
+
+    def _scan_records(self) -> None:
+        """Notices of what the workers recorded that the user must hear of even without a
+        window: a refused knob record (once, however many workers refused it), the step each
+        worker resumed from (and a damaged checkpoint passed over)."""
+        for index in range(self.settings.workers):
+            path = self.path / metrics_name(index)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._scanned.get(index, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1
+            self._scanned[index] = self._scanned.get(index, 0) + end
+            for record in parse_records(data[:end])[0]:  # damaged lines: the tail warns
+                if isinstance(record, Resumed):
+                    self._resumed(index, record)
+                elif isinstance(record, KnobsRefused):
+                    key = (record.version, record.reason)
+                    if key not in self._refusals_told:
+                        self._refusals_told.add(key)
+                        self._note(record.message, in_record=True)
+
+    def _watch_disk(self) -> None:
+        """Say when a worker pauses because a write failed for want of space, and when it
+        goes on (it tries again by itself: see DiskGuard.wait_for_disk)."""
+        for index, p in list(self._procs.items()):
+            blocked = p.process.is_alive() and STATES[int(p.value("state"))] == "disk full"
+            if blocked and index not in self._disk_full:
+                self._disk_full.add(index)
+                try:
+                    free = shutil.disk_usage(self.path).free
+                except OSError:
+                    free = -1
+                needed = int(p.value("blocked_bytes"))
+                self._note(
+                    f"error: worker {index} paused: a write in {self.path} failed for want of "
+                    f"space (free: {human_size(free)}; it needs about {human_size(needed)}): "
+                    "free some space and training resumes by itself; every file written "
+                    "before stays whole"
+                )
+            elif not blocked and index in self._disk_full:
+                self._disk_full.discard(index)
+                if p.process.is_alive():
+                    self._note(f"worker {index} writes again: training resumed")
+
+    def _resumed(self, index: int, record: Resumed) -> None:
+        if record.fallback:  # also a record the window shows as an error
+            self._note(f"warning: {record.fallback}", in_record=True)
+        else:
+            self._note(f"worker {index} resumed from step {record.step} ({record.checkpoint})")
+
+    def check_run_dir(self) -> str | None:
+        """Owner: once the run directory is deleted or moved, stop the workers (they write
+        nothing more, so no partial run is made where it was) and say so; returns why."""
+        with self._lock:
+            if self.gone is None and self._dir_id is not None:
+                if dir_identity(self.path) != self._dir_id:
+                    self.gone = (
+                        f"the run directory {self.path} vanished (deleted or moved) while the "
+                        "run went on: the workers stopped and wrote nothing elsewhere; if it "
+                        "was moved, continue with --resume NEW_PATH"
+                    )
+                    self._note(f"error: {self.gone}")
+                    self._stop.set()
+            return self.gone
+
+    def _check(self) -> None:
+        with self._lock:
+            if self.check_run_dir():
+                return
+            self._scan_records()
+            self._watch_disk()
+            for index, p in list(self._procs.items()):
+                if not p.handled and not p.process.is_alive():
+                    p.handled = True
+                    self._ended(index, p)
+            now = time.monotonic()
+            for index, when in list(self._restart_at.items()):
+                if now >= when and not self._stop.is_set():
+                    del self._restart_at[index]
+                    self._restart(index)
+            for index in list(self._rejoin):
+                self._follow_rejoin(index)
+
+    def _ended(self, index: int, p: WorkerProcess) -> None:
+        """A worker process ended: a crash is recorded, taken out of the merges and restarted
+        (or left out for good after max_restarts)."""
+        state = STATES[int(p.value("state"))]
+        self._rejoin.discard(index)
+        if state in ("done", "stopped") or index in self.settings.removed or self._stop.is_set():
+            return
+        code = p.process.exitcode
+        if code is not None and code < 0:
+            try:
+                why = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                why = f"killed by signal {-code}"
+        else:
+            why = f"exit code {code}"
+        last_error = newest_error(self.path / metrics_name(index), since=p.started)
+        done = self._restarts.get(index, 0)
+        limit = self.settings.max_restarts
+        final = done >= limit or code == DOES_NOT_FIT
+        if code == DOES_NOT_FIT:
+            then = "not restarted: it would not fit again"
+            down = "out of GPU memory: left out"
+        elif final:
+            if limit == 0:
+                then = "automatic restarts are off (--max-restarts 0): restart it by hand"
+            else:
+                then = f"left out for good after {done} restart{'s' * (done != 1)}"
+            down = f"crashed ({why}): left out for good"
+        else:
+            delay = self.restart_backoff_s * 2**done
+            then = (
+                f"restarting it from the merged weights in {delay:g} s "
+                f"(restart {done + 1} of {limit})"
+            )
+            self._restart_at[index] = time.monotonic() + delay
+            down = f"crashed ({why}), restarting"
+        message = f"worker {index} died ({why}"
+        message += f"; last error: {last_error})" if last_error else ")"
+        message += f"; the others go on without waiting for it; {then}"
+        if index in self.settings.merging:
+            self._down[index] = down
+            self._write_members()
+        self._note(message, in_record=True)
+        record = Crashed(
+            step=int(p.value("step")),
+            message=message,
+            exitcode=code,
+            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            last_error=last_error,
+            restarts=done,
+            final=final,
+        )
+        try:
+            log = RunDir(self.path, metrics=metrics_name(index))
+            log.log(record)
+            log.close()
+        except OSError as err:  # the directory itself may be gone: the notice still says it
+            self._note(f"could not record worker {index}'s crash: {err}")
+
+    def _restart(self, index: int) -> None:
+        """An automatic restart, from the merged weights at the step of the running workers
+        (it joins the merges again once it runs: _follow_rejoin). A pack starts again as a
+        whole: the first of its workers due spawns it, the others find it running."""
+        self._restarts[index] = self._restarts.get(index, 0) + 1
+        self._rejoin.add(index)
+        self._reported_dead.discard(index)
+        if self._procs[index].process.is_alive():
+            return
+        pack = self.settings.pack_of(index)
+        join_step = self._join_step()
+        self._spawn(
+            [self._spec(m, resume=False, from_merged=True, join_step=join_step) for m in pack]
+        )
+
+    def _follow_rejoin(self, index: int) -> None:
+        """While a restarted worker starts, keep its starting step at the others' step (it
+        reads it once ready); once it runs, it takes part in the merges again."""
+        p = self._procs[index]
+        state = STATES[int(p.value("state"))]
+        if state == "starting":
+            if p.process.is_alive():
+                p.join.value = self._join_step()
+            return
+        self._rejoin.discard(index)
+        if self._down.pop(index, None) is not None:
+            self._write_members()
+        step = int(p.value("step"))
+        self._note(f"worker {index} runs again from step {step}: it merges again")

@@ -1,0 +1,332 @@
+"""The run: N worker processes that train and merge, driven through one small public API.
+
+The headless command, the tests and the viewer all use it:
+
+    run = Run.create(path, cfg, workers=2, merge_every=2500)   # or Run.resume(path)
+    run.start(); run.set_knobs(horizon=5); run.progress(); run.new_events()
+    run.pause(); run.resume_training(); run.checkpoint(); run.stop()
+    run.add_worker(); run.remove_worker(k); run.restart_worker(k)
+    run.start_player(); run.set_showcase(camera=1, source=-1); run.read_frame()
+
+Run.create and Run.resume give the owner (this class): it spawns the workers and watches them
+(monitor.py). Run.attach gives the same interface (base.py) over a run that
+another process started (attached.py). The rooms around it: the settings record
+(workers/rundir/settings.py), spawning (spawn.py), the showcase (workers/showcase/control.py),
+reading the records (tail.py) and the directory's file names (workers/rundir/paths.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from agent.config import Config, knobs_of
+from agent.envs import resolve_task
+from agent.errors import UserError
+from workers.merging.files import merged_step, write_members
+from workers.run.attached import AttachedRun
+from workers.run.base import BaseRun
+from workers.run.monitor import WorkerMonitor
+from workers.run.spawn import WorkerProcess, spawn, worker_spec
+from workers.run.start_weights import read_start_weights, write_start_weights
+from workers.rundir.directory import RunDir
+from workers.rundir.knob_record import validate_knobs
+from workers.rundir.lines import damaged_lines
+from workers.rundir.paths import RUN, members_path
+from workers.rundir.records import Request
+from workers.rundir.settings import (
+    RunSettings,
+    default_pack,
+    gpu_count,
+    read_record,
+    write_settings,
+)
+from workers.rundir.sinks import require_wandb
+from workers.training.spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
+
+# Callers import these from here (their rooms are named above).
+__all__ = ["AttachedRun", "BaseRun", "Run", "RunSettings", "default_pack", "gpu_count"]
+
+RESTART_BACKOFF_S = 2.0  # before the first automatic restart of a crashed worker; doubles
+
+
+class Run(WorkerMonitor, BaseRun):
+    """The owning run: its workers are this process's children."""
+
+    def __init__(self, path: Path, cfg: Config, settings: RunSettings, resumed: bool):
+        super().__init__(path, cfg, settings, resumed)
+        self._worker_nice = 0
+        self._stop = self._ctx.Event()
+        self._procs: dict[int, WorkerProcess] = {}
+        # Read here, not at import, so that it can be changed (tests lengthen it).
+        self._init_monitor(RESTART_BACKOFF_S)
+
+    # creation -----------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        cfg: Config,
+        settings: RunSettings,
+        start_weights: str | Path | None = None,
+    ) -> Run:
+        """A new run in `path`; every worker starts from `start_weights` when given (a file of
+        one worker's networks), else fresh."""
+        resolve_task(cfg.task)
+        if settings.wandb:
+            require_wandb()
+        if cfg.iterations == 0:
+            # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
+            # planner adds 2 for large action spaces to any value, as the reference does.
+            cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
+        if settings.pack == 0:
+            settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
+        # Refused knobs must leave nothing behind: check them before the first write.
+        validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
+        weights = read_start_weights(start_weights, cfg) if start_weights else None
+        run_dir = RunDir.create(path)
+        run_dir.write_config({"config": dataclasses.asdict(cfg)})
+        if weights is not None:
+            write_start_weights(run_dir.path, weights, start_weights)
+        run = cls(run_dir.path, cfg, settings, resumed=False)
+        run._save_settings(settings)
+        run.knobs.initialise(cfg, settings.merge_every)
+        return run
+
+    @classmethod
+    def resume(cls, path: str | Path, steps: int | None = None) -> Run:
+        """Continue a stopped run from its checkpoints; `steps` raises its total agent steps."""
+        path = Path(path)
+        cfg, settings = read_record(path)
+        if settings.ranks:
+            raise UserError(
+                f"{path} is a torchrun job's run ({settings.ranks} ranks, their files in "
+                "rank-R/ on each machine): resume it with the same torchrun line and --resume"
+            )
+        if settings.wandb:  # the run keeps the logs it started with
+            require_wandb()
+        if steps is not None:
+            cfg = dataclasses.replace(cfg, steps=steps)
+            RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
+        run = cls(path, cfg, settings, resumed=True)
+        run._check_knob_history()
+        members = members_path(path)
+        try:
+            if members.exists():
+                json.loads(members.read_bytes())["workers"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            run._note(f"warning: {members} was damaged ({err}); written again from {RUN}")
+        # A damaged knob record is no reason to stop: the workers keep the last good values
+        # (their checkpoints', the record's history) and say so (knobs_refused records).
+        write_members(path, settings.merging)  # runs from before members.json have none
+        return run
+
+    @classmethod
+    def attach(cls, path: str | Path) -> AttachedRun:
+        """A view of a run that another process is running: events, progress, knobs and the
+        showcase work; pause, stop, checkpoint and restarts are asked of that process."""
+        return AttachedRun.open(path)
+
+    def _write_members(self) -> None:
+        """members.json: the merging workers, less those down now (nobody waits for them)."""
+        with self._lock:
+            merging = self.settings.merging
+            down = {k: why for k, why in self._down.items() if k in merging}
+            write_members(self.path, merging, down)
+
+    def _save_settings(self, settings: RunSettings) -> None:
+        """Record the settings (run.json) and who merges (read by the workers before each
+        merge); both atomic."""
+        with self._lock:
+            write_settings(self.path, settings)
+            self.settings = settings
+            self._write_members()
+
+    # processes ----------------------------------------------------------------------------
+    def _worker_pids(self) -> list[int]:
+        pids = [p.process.pid for p in self._procs.values() if p.process.is_alive()]
+        return [pid for pid in pids if pid is not None]
+
+    @property
+    def started(self) -> bool:
+        return bool(self._procs)
+
+    def _spec(
+        self, index: int, resume: bool, from_merged: bool = False, join_step: int = 0
+    ) -> WorkerSpec:
+        merge_every = int(self.knob_values()[1]["merge_every"])
+        return worker_spec(
+            self.path,
+            self.cfg,
+            self.settings,
+            index,
+            merge_every,
+            self._worker_nice,
+            resume,
+            from_merged,
+            join_step,
+        )
+
+    def _spawn(self, specs: list[WorkerSpec]) -> None:
+        handles = spawn(self._ctx, specs, self._pause, self._stop)
+        with self._lock:
+            for handle in handles:
+                self._procs[handle.spec.index] = handle
+
+    def start(self, nice: int = 0) -> None:
+        """Spawn the workers. `nice` lowers their CPU priority: a window started them, and its
+        frames must not wait behind training (the time it takes is the same either way)."""
+        self._worker_nice = nice
+        self.requests.skip_old()  # asked of an earlier owner: not for this one
+        self._mark_start()
+        for pack in self.settings.packs:
+            self._spawn([self._spec(index, resume=self.resumed) for index in pack])
+        self._start_monitor()
+
+    def restart_worker(self, index: int) -> None:
+        """Start a dead worker again: from its checkpoint if any, else from the merged weights
+        (joining at the step of the others, see add_worker)."""
+        self._check_restartable(index)
+        pack = self.settings.pack_of(index)
+        with self._lock:
+            old = self._procs.get(index)
+            if old is not None and old.process.is_alive():
+                raise UserError(f"worker {index} is still running")
+            join_step = self._join_step()
+            for member in pack:  # a pack starts again as a whole, in one process
+                self._reported_dead.discard(member)
+                # Asked for by hand: a fresh allowance of automatic restarts.
+                self._restarts.pop(member, None)
+                self._restart_at.pop(member, None)
+                self._rejoin.add(member)
+            self._spawn(
+                [self._spec(m, resume=True, from_merged=True, join_step=join_step) for m in pack]
+            )
+
+    def _join_step(self) -> int:
+        """Where a worker starting from the merged weights begins counting agent steps: with the
+        slowest running merging worker, so that its merge rounds line up with theirs."""
+        running = [
+            w["step"]
+            for w in self.progress()
+            if w["alive"] and w["worker"] in self.settings.merging and w["state"] != "starting"
+        ]
+        return int(min(running)) if running else max(0, merged_step(self.path))
+
+    def add_worker(self) -> int:
+        """Add a merging worker to the running run; returns its index. It starts from the merged
+        weights at the step of the others (no random seed steps: it acts with the merged policy
+        and starts updating once its first episode is in its own buffer)."""
+        if not self.started:
+            raise UserError("start the run before adding workers")
+        self._check_merged_weights()
+        index, join_step = self.settings.workers, self._join_step()
+        self._save_settings(
+            dataclasses.replace(self.settings, workers=index + 1, added=self.settings.added + 1)
+        )
+        self._spawn([self._spec(index, resume=False, from_merged=True, join_step=join_step)])
+        return index
+
+    def remove_worker(self, index: int) -> None:
+        """Take a worker out of the run: the others stop merging with it at once, and it writes
+        its checkpoint and exits (a resumed run leaves it out too)."""
+        self._check_removable(index)
+        s = self.settings
+        with self._lock:
+            self._down.pop(index, None)
+            self._restart_at.pop(index, None)
+            self._rejoin.discard(index)
+            self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
+        process = self._procs.get(index)
+        if process is not None:
+            process.leave.set()
+
+    # control ------------------------------------------------------------------------------
+    def serve_requests(self) -> list[Request]:
+        """Apply what attached windows asked for since the last call; returns each request
+        with "error" (the refusal, or None). A stop is left to the caller, which owns the
+        process's lifetime: the command line exits, a window shows the run stopped."""
+        served, skipped = [], self.requests.skipped
+        received = self.requests.receive()
+        if self.requests.skipped > skipped:
+            damaged = damaged_lines(self.requests.skipped - skipped)
+            self._note(f"warning: {self.requests.path}: {damaged} skipped")
+        for request in received:
+            action, error = request.action, None
+            try:
+                if action in ("restart_worker", "remove_worker"):
+                    getattr(self, action)(-1 if request.worker is None else request.worker)
+                elif action != "stop":
+                    getattr(self, action)()
+            except (UserError, ValueError, TypeError) as err:
+                error = str(err)
+            served.append(dataclasses.replace(request, error=error))
+        return served
+
+    def pause(self) -> None:
+        self._pause.set()
+
+    def resume_training(self) -> None:
+        self._pause.clear()
+
+    def checkpoint(self) -> None:
+        for p in self._procs.values():
+            p.checkpoint.set()
+
+    def request_stop(self) -> None:
+        """Stop training at once (for an attached run: ask the owner to)."""
+        self.stop()
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Ask every worker to stop (each writes a checkpoint), then wait for them."""
+        self._stop.set()
+        self._pause.clear()
+        # A Ctrl+C can land inside the monitor's start(): a thread not yet running is not
+        # joined (it sees the stop as soon as it runs).
+        if self._monitor is not None and self._monitor.ident is not None:
+            self._monitor.join(5)
+        self.stop_player()
+        deadline = time.monotonic() + timeout
+        procs = list(self._procs.values())
+        for p in procs:
+            p.process.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.process.is_alive():
+                p.process.kill()
+                p.process.join(5)
+
+    def wait(self, poll_s: float = 0.5) -> None:
+        """Block until every worker has ended."""
+        while True:
+            with self._lock:
+                alive = any(p.process.is_alive() for p in self._procs.values())
+                restarting = bool(self._restart_at or self._rejoin)
+            if not alive and not restarting:
+                return
+            time.sleep(poll_s)
+
+    # reading ------------------------------------------------------------------------------
+    def progress(self) -> list[dict]:
+        """Latest snapshot of each worker (state 'crashed' for a process that died)."""
+        out = []
+        with self._lock:
+            procs = sorted(self._procs.items())
+        for index, p in procs:
+            values = dict(zip(SNAPSHOT_FIELDS, p.snapshot[:]))
+            state = STATES[int(values.pop("state"))]
+            if not p.process.is_alive() and state not in ("done", "stopped"):
+                state = "crashed"
+            if index in self.settings.removed and not p.process.is_alive():
+                state = "removed"
+            out.append(
+                {
+                    "worker": index,
+                    "state": state,
+                    "alive": p.process.is_alive(),
+                    "exitcode": p.process.exitcode,
+                    **values,
+                }
+            )
+        return out

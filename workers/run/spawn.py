@@ -1,0 +1,103 @@
+"""Starting worker processes: what each is told (WorkerSpec) and the handles the run keeps.
+
+The owning run (owner.py) spawns one process per pack of workers; the monitor
+(monitor.py) watches them through these handles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.config import Config
+from workers.host.signals import children_ignore_ctrl_c
+from workers.host.threads import choose_threads
+from workers.rundir.settings import RunSettings, gpu_count
+from workers.training.process import worker_main
+from workers.training.spec import SNAPSHOT_FIELDS, WorkerSpec
+
+
+@dataclass
+class WorkerProcess:
+    """One worker's handles (the workers of a pack share `process`)."""
+
+    spec: WorkerSpec
+    process: mp.Process
+    snapshot: object
+    leave: object  # Event: this worker alone stops (removed from the run)
+    checkpoint: object  # Event: save a checkpoint now (one per worker: each clears its own)
+    join: object  # Value: the step a worker starting from the merged weights counts on from
+    started: float = 0.0  # time.time() of the spawn
+    handled: bool = False  # its end was seen by the monitor
+
+    def value(self, field: str) -> float:
+        """A field of its shared snapshot (see workers/training/spec.py SNAPSHOT_FIELDS)."""
+        return self.snapshot[SNAPSHOT_FIELDS.index(field)]
+
+
+def worker_spec(
+    path: Path,
+    cfg: Config,
+    settings: RunSettings,
+    index: int,
+    merge_every: int,
+    nice: int = 0,
+    resume: bool = False,
+    from_merged: bool = False,
+    join_step: int = 0,
+) -> WorkerSpec:
+    """What worker `index` is started with: its own seed, its pack's GPU, the run's settings."""
+    s = settings
+    cfg = dataclasses.replace(cfg, seed=cfg.seed + 1000 * index)
+    gpus = gpu_count(cfg)
+    if gpus > 1:  # each pack on its own GPU, in turn
+        packs = s.packs
+        number = next((n for n, g in enumerate(packs) if index in g), len(packs))
+        cfg = dataclasses.replace(cfg, device=f"cuda:{number % gpus}")
+    return WorkerSpec(
+        index=index,
+        run_path=str(path),
+        cfg=dataclasses.asdict(cfg),
+        # Every merging worker gets the backend: one alone merges once a worker is added.
+        merge_with=tuple(s.merging) if index in s.merging else (),
+        merge_timeout_s=s.merge_timeout_s,
+        checkpoint_every=s.checkpoint_every,
+        threads=choose_threads(len(s.packs), s.threads_per_worker or None).threads,
+        resume=resume,
+        start_from_merged=from_merged,
+        join_step=join_step,
+        nice=nice,
+        tensorboard=s.tensorboard,
+        wandb=s.wandb,
+        merge_every=merge_every,
+    )
+
+
+def spawn(
+    ctx: mp.context.BaseContext, specs: list[WorkerSpec], pause: object, stop: object
+) -> list[WorkerProcess]:
+    """One process for these workers (a pack, or one worker), each with its own snapshot
+    and events; `pause` and `stop` (Events) are the run's, shared by every process."""
+    snapshots = [ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False) for _ in specs]
+    leaves = [ctx.Event() for _ in specs]
+    checkpoints = [ctx.Event() for _ in specs]
+    joins = [ctx.Value("q", spec.join_step, lock=False) for spec in specs]
+    names = "-".join(str(spec.index) for spec in specs)
+    process = ctx.Process(
+        target=worker_main,
+        args=(specs, snapshots, pause, stop, checkpoints, leaves, joins),
+        name=f"tdmpc2-worker-{names}",
+        daemon=True,
+    )
+    with children_ignore_ctrl_c():  # the run stops its workers itself (checkpoints)
+        process.start()
+    started = time.time()
+    return [
+        WorkerProcess(spec, process, snapshot, leave, checkpoint, join, started=started)
+        for spec, snapshot, leave, checkpoint, join in zip(
+            specs, snapshots, leaves, checkpoints, joins
+        )
+    ]

@@ -1,0 +1,269 @@
+"""The run directory: config, append-only metrics (one JSON object per line), weights.
+
+Every file but the metrics log is written atomically (temp file + rename), so a crash leaves
+either the old or the new version. Metrics lines are written with one O_APPEND write each, so a
+line is never half-written by a crash of the writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import torch
+from filelock import FileLock
+
+from agent.errors import UserError, WeightsError
+from workers.rundir.lines import damaged_lines
+from workers.rundir.paths import CONFIG, METRICS, WEIGHTS
+from workers.rundir.records import Record, parse_records
+
+T = TypeVar("T")
+R = TypeVar("R", bound=Record)
+
+
+class DirLock:
+    """A file lock (filelock.FileLock) that never creates its folder: FileLock makes missing
+    parents, which would bring back a run directory deleted or moved away mid-run."""
+
+    def __init__(self, path: str | Path, timeout: float):
+        self.path = Path(path)
+        self._lock = FileLock(str(self.path), timeout=timeout)
+
+    def __enter__(self) -> DirLock:
+        if not self.path.parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, "the folder is gone", str(self.path.parent))
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+# Write errors of a full or failing disk: a worker waits for space (RunDir.guarded) rather than
+# crash, and every file written before stays whole.
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+def human_size(n: float) -> str:
+    """Bytes as people read them: 812 bytes, 117.2 KB, 3.4 GB ("unknown" when negative)."""
+    if n < 0:
+        return "unknown"
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def atomic_write_bytes(path: Path, data: bytes, keep_previous: Path | None = None) -> None:
+    """Write a temporary file, fsync, rename over `path`; with `keep_previous`, the old `path`
+    is first renamed there, so a whole version exists at every moment."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_previous is not None and path.exists():
+            os.replace(path, keep_previous)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a failed write leaves no temporary file behind
+            tmp.unlink()
+        raise
+
+
+def atomic_write_json(path: Path, obj: object) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def save_state(path: Path, state: dict) -> None:
+    """torch.save a state dict atomically."""
+    atomic_write_bytes(Path(path), state_bytes(state))
+
+
+def previous_path(path: str | Path) -> Path:
+    """Where save_checkpoint keeps the previous complete version: NAME.prev.pt."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def state_bytes(state: dict) -> bytes:
+    """A state dict as save_state writes it."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def save_checkpoint(path: str | Path, state: dict | bytes) -> None:
+    """save_state (of a state dict, or its state_bytes) that keeps the previous complete file
+    (previous_path) until the new one is complete: a crash or a full disk at any point
+    leaves at least one whole checkpoint."""
+    path = Path(path)
+    data = state if isinstance(state, bytes) else state_bytes(state)
+    atomic_write_bytes(path, data, keep_previous=previous_path(path))
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
+    """The newest complete checkpoint: `path`, or if it is missing or damaged (a crash while it
+    was copied, a truncated file) the previous one. Returns (state, the file used, why the
+    newer one was passed over or ""); WeightsError if neither is readable. Loaded on the CPU
+    (random generators' states are only taken from there)."""
+    path = Path(path)
+    problems = []
+    for candidate in (path, previous_path(path)):
+        if not candidate.exists():
+            problems.append(f"{candidate.name} is missing")
+            continue
+        try:
+            state = load_state(candidate)
+        except WeightsError as err:
+            problems.append(str(err))
+            continue
+        return state, candidate, "; ".join(problems)
+    raise WeightsError("no complete checkpoint: " + "; ".join(problems))
+
+
+def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
+    """Load a file written by save_state; a missing or corrupt file is a WeightsError."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise WeightsError(f"cannot read {path}: {err.strerror}") from None
+    try:
+        state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
+    except Exception as err:  # torch raises many kinds of errors for a damaged file
+        raise WeightsError(
+            f"{path} is corrupt or not a torch file ({type(err).__name__})"
+        ) from None
+    if not isinstance(state, dict):
+        raise WeightsError(f"{path} does not hold a state dictionary")
+    return state
+
+
+class Sink(Protocol):
+    """Mirrors each logged record elsewhere (TensorBoard, CSV, ...: sinks.py)."""
+
+    def write(self, record: Record) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class RunDir:
+    """A run's folder. create() refuses a folder that already holds a run, so nothing is lost."""
+
+    def __init__(self, path: str | Path, metrics: str = METRICS, weights: str = WEIGHTS):
+        self.path = Path(path)
+        self.metrics_name, self.weights_name = metrics, weights
+        self._metrics_fd: int | None = None
+        self.sinks: list[Sink] = []  # get every record after the metrics log has it
+        # Called when a write fails for want of space (DISK_ERRORS) with (error, path, bytes):
+        # it waits (training pauses), or raises to give up; then the write is tried again.
+        self.on_write_error: Callable[[OSError, Path, int], None] | None = None
+
+    def guarded(self, path: str | Path, size: int, write: Callable[[], T]) -> T:
+        """`write()`, tried again after on_write_error while it fails for want of space."""
+        while True:
+            try:
+                return write()
+            except OSError as err:
+                if err.errno not in DISK_ERRORS or self.on_write_error is None:
+                    raise
+                self.on_write_error(err, Path(path), size)
+
+    @classmethod
+    def create(cls, path: str | Path) -> RunDir:
+        run = cls(path)
+        if (run.path / METRICS).exists() or (run.path / CONFIG).exists():
+            raise UserError(
+                f"run directory {run.path} already holds a run; choose another --run-dir"
+            )
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+            probe = run.path / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            raise UserError(f"cannot write to run directory {run.path}: {err.strerror}") from None
+        return run
+
+    def write_config(self, config: dict) -> None:
+        atomic_write_json(self.path / CONFIG, config)
+
+    def log(self, record: R) -> R:
+        """Append one metrics record (a whole line), then hand it to the sinks."""
+        line = (json.dumps(record.to_json()) + "\n").encode()
+        self.guarded(self.path / self.metrics_name, len(line), lambda: self._append(line))
+        for sink in list(self.sinks):
+            try:
+                sink.write(record)
+            except Exception as err:  # a mirror must never stop the run: say so once, drop it
+                self.sinks.remove(sink)
+                print(
+                    f"warning: {type(sink).__name__} stopped ({type(err).__name__}: {err}); "
+                    f"the run goes on, {self.metrics_name} has every record",
+                    file=sys.stderr,
+                )
+        return record
+
+    def _append(self, line: bytes) -> None:
+        """One whole line at the end of the metrics log, or none: a write cut short (a full
+        disk) is taken back, so that every complete line stays and no half one is left."""
+        if self._metrics_fd is None:
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+            fd = os.open(self.path / self.metrics_name, flags, 0o644)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line (its writer died mid-line): ended here, it stays one damaged
+                # line that readers skip, and the next record is whole.
+                os.write(fd, b"\n")
+            self._metrics_fd = fd
+        before = os.fstat(self._metrics_fd).st_size
+        try:
+            if os.write(self._metrics_fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "No space left on device (short write)")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._metrics_fd, before)
+            raise
+
+    def read_metrics(self, kind: type[R] = Record) -> list[R]:
+        """All complete metrics records (of one kind); damaged lines (torn, not a record) are
+        skipped, with a warning that says how many."""
+        path = self.path / self.metrics_name
+        if not path.exists():
+            return []
+        records, skipped = parse_records(path.read_bytes())
+        if skipped:
+            print(f"warning: {path}: {damaged_lines(skipped)} skipped", file=sys.stderr)
+        return [r for r in records if isinstance(r, kind)]
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / self.weights_name
+
+    @property
+    def metrics_open(self) -> bool:
+        """Whether the metrics file was opened (it moves with the directory if that is moved)."""
+        return self._metrics_fd is not None
+
+    def close(self) -> None:
+        for sink in self.sinks:  # each may be closed twice, and written after (ignored)
+            try:
+                sink.close()
+            except Exception as err:
+                print(f"warning: closing {type(sink).__name__}: {err}", file=sys.stderr)
+        if self._metrics_fd is not None:
+            with contextlib.suppress(OSError):  # a full disk: what is written stays
+                os.fsync(self._metrics_fd)
+            os.close(self._metrics_fd)
+            self._metrics_fd = None

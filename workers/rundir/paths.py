@@ -1,0 +1,59 @@
+"""Where things are in a run directory: every file name, spelled once.
+
+run.json              the run's settings (settings.py)
+config.json           the config (directory.py)
+knobs.json(l)         the live knobs and their history (knob_record.py)
+requests.jsonl        what attached windows asked of the owner (requests.py)
+worker-K.jsonl        worker K's metrics records; player.jsonl the showcase's
+checkpoints/worker-K.pt
+merge/worker-K.pt     worker K's last merge contribution; merge/merged.pt the mean
+merge/members.json    who merges now (workers/merging/files.py)
+start.pt              the weights a new run starts from (--load; workers/cli/new_run.py)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RUN = "run.json"
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"  # a lone agent's records (RunDir's default)
+WEIGHTS = "weights.pt"  # a lone agent's weights (RunDir's default)
+MERGE_DIR = "merge"
+MERGED = "merged.pt"
+MEMBERS = "members.json"
+CHECKPOINTS = "checkpoints"
+PLAYER_LOG = "player.jsonl"
+START = "start.pt"
+
+
+def metrics_name(index: int | str) -> str:
+    """Worker `index`'s metrics file, relative to the run directory ("*": a glob of all)."""
+    return f"worker-{index}.jsonl"
+
+
+def weights_name(index: int) -> str:
+    """The file name of worker `index`'s weights (its checkpoint, its merge contribution)."""
+    return f"worker-{index}.pt"
+
+
+def checkpoint_path(run_path: str | Path, index: int) -> Path:
+    return Path(run_path) / CHECKPOINTS / weights_name(index)
+
+
+def merge_dir(run_path: str | Path) -> Path:
+    return Path(run_path) / MERGE_DIR
+
+
+def merged_path(run_path: str | Path) -> Path:
+    """The newest merged weights (every merge writes it again)."""
+    return merge_dir(run_path) / MERGED
+
+
+def members_path(run_path: str | Path) -> Path:
+    return merge_dir(run_path) / MEMBERS
+
+
+def start_path(run_path: str | Path) -> Path:
+    """The weights every worker starts from instead of fresh ones (a run started with --load)."""
+    return Path(run_path) / START

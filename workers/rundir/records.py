@@ -1,0 +1,308 @@
+"""The run directory's records, typed: one frozen dataclass per kind, one writer, one reader.
+
+Metrics lines (worker-K.jsonl, player.jsonl) are `Record`s, requests.jsonl lines `Request`s,
+knobs.json a `KnobRecord` and knobs.jsonl lines `KnobChange`s. `to_json` is the only writer of
+a line (RunDir.log, RequestLog.send, KnobStore) and `from_json` the only reader (lines.py
+checks every field's type): the workers, the run, the window, the exporters and the command
+line hold these types, never raw dicts.
+
+Following MuJoCo Studio, a record is either an event, which no reader may drop (an episode, a
+merge, a knob change, an error), or a snapshot of progress, of which a reader that falls behind
+keeps only the newest per worker (LATEST_WINS: the train and phase records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from workers.rundir.lines import Line, Malformed, is_number, now_s, parse_jsonl
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record(Line):
+    """A metrics record. `worker` says whose file it was read from (a worker's number, or
+    "player" for the showcase); the file name holds it, so it is not written."""
+
+    KIND: ClassVar[str] = ""
+    LATEST_WINS: ClassVar[bool] = False
+
+    step: int | None = None  # the worker's agent step when written
+    time: float = field(default_factory=now_s)  # the writer's clock, time.time()
+    worker: int | str | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict:
+        out = {"kind": self.KIND, **super().to_json()}
+        del out["worker"]  # the reader's, from the file name
+        return out
+
+    @classmethod
+    def upgraded(cls, obj: dict) -> dict:
+        """A line of this kind in today's format (a kind whose format changed reads both)."""
+        return obj
+
+
+# Worker progress (snapshots: latest wins) -------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Train(Record):
+    KIND: ClassVar[str] = "train"
+    LATEST_WINS: ClassVar[bool] = True
+    updates: int
+    steps_per_s: float
+    losses: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def upgraded(cls, obj: dict) -> dict:
+        if "losses" in obj:
+            return obj
+        # Written before losses were a field of their own: every other number was one.
+        known = {f.name for f in fields(cls)} | {"kind"}
+        losses = {k: v for k, v in obj.items() if k not in known and (v is None or is_number(v))}
+        return {**obj, "losses": losses}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seeding(Record):
+    KIND: ClassVar[str] = "seeding"
+    LATEST_WINS: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pretraining(Record):
+    KIND: ClassVar[str] = "pretraining"
+    LATEST_WINS: ClassVar[bool] = True
+    updates: int
+
+
+# Learning (events) -------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Episode(Record):
+    KIND: ClassVar[str] = "episode"
+    ret: float
+    length: int
+    env: int = 0  # which of the worker's environments
+
+
+@dataclass(frozen=True, kw_only=True)
+class Eval(Record):
+    KIND: ClassVar[str] = "eval"
+    ret: float  # the mean over the evaluation episodes
+    returns: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShowcaseEpisode(Record):
+    KIND: ClassVar[str] = "showcase_episode"
+    episode: int
+    ret: float
+    weights_round: int  # the merge round of the weights shown (-1: untrained)
+    source: int  # whose weights: -1 the merged ones, k worker k's newest
+    weights_step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstUpdate(Record):
+    KIND: ClassVar[str] = "first_update"
+    seconds: float  # from the worker's process start (compiling included)
+
+
+# Merging -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Merge(Record):
+    KIND: ClassVar[str] = "merge"
+    round: int
+    participants: tuple[int, ...] = ()
+    left_out: dict[int, str] = field(default_factory=dict)  # worker -> why
+    distances: dict[int, float] = field(default_factory=dict)  # worker -> from the mean, before
+    merge_ms: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeSkipped(Record):
+    KIND: ClassVar[str] = "merge_skipped"
+    round: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeStopped(Record):
+    KIND: ClassVar[str] = "merge_stopped"
+    round: int
+
+
+# Knobs -------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class KnobsApplied(Record):
+    KIND: ClassVar[str] = "knobs_applied"
+    version: int
+    values: dict[str, int | float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnobsRefused(Record):
+    KIND: ClassVar[str] = "knobs_refused"
+    version: int | None  # None: the knob record could not be read at all
+    knob: str | None
+    value: Any = None
+    reason: str
+    in_force: dict[str, int | float] = field(default_factory=dict)
+    in_force_version: int = -1
+    message: str
+
+
+# A worker's life ---------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class StartedFresh(Record):
+    KIND: ClassVar[str] = "started_fresh"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartedFromMerged(Record):
+    KIND: ClassVar[str] = "started_from_merged"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartedFromWeights(Record):
+    KIND: ClassVar[str] = "started_from_weights"
+    file: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed(Record):
+    KIND: ClassVar[str] = "resumed"
+    checkpoint: str
+    fallback: str | None = None  # a damaged checkpoint passed over: what and why
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint(Record):
+    KIND: ClassVar[str] = "checkpoint"
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pause(Record):
+    KIND: ClassVar[str] = "pause"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume(Record):
+    KIND: ClassVar[str] = "resume"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stop(Record):
+    KIND: ClassVar[str] = "stop"
+    reason: str  # "done" or "interrupted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiskResumed(Record):
+    KIND: ClassVar[str] = "disk_resumed"
+    path: str
+    error: str
+    paused_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error(Record):
+    KIND: ClassVar[str] = "error"
+    message: str
+    traceback: str | None = None  # set when the worker itself crashed
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDirGone(Record):
+    KIND: ClassVar[str] = "run_dir_gone"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Crashed(Record):
+    """Written by the run's owner into a worker's file when it saw the process die."""
+
+    KIND: ClassVar[str] = "crashed"
+    message: str
+    exitcode: int | None = None
+    signal: str | None = None
+    last_error: str | None = None
+    restarts: int = 0
+    final: bool = False
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.KIND: cls
+    for cls in Record.__subclasses__()  # one level: every kind is a leaf
+}
+
+
+# Requests to a run's owner (requests.jsonl): events, never dropped ------------------------
+ACTIONS = (
+    "pause",
+    "resume_training",
+    "checkpoint",
+    "stop",
+    "restart_worker",
+    "add_worker",
+    "remove_worker",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request(Line):
+    action: str
+    worker: int | None = None  # restart_worker, remove_worker
+    time: float = field(default_factory=now_s)
+    error: str | None = None  # set by the owner that served it: why it was refused
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown request {self.action!r}")
+
+
+# The live knobs (knobs.json: a snapshot; knobs.jsonl: its history, events) ----------------
+@dataclass(frozen=True, kw_only=True)
+class KnobRecord(Line):
+    """knobs.json: the knob values to run with, and their version."""
+
+    version: int
+    values: dict[str, int | float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnobChange(Line):
+    """A line of knobs.jsonl: a version as it was set, with only what it changed."""
+
+    version: int
+    changes: dict[str, int | float]
+    time: float = field(default_factory=now_s)
+
+
+# The reader --------------------------------------------------------------------------------
+def parse_records(data: bytes, worker: int | str | None = None) -> tuple[list[Record], int]:
+    """The records of metrics-log bytes (`worker`'s file), and how many lines were damaged
+    (torn, not JSON, not a record); records of kinds this version does not know are passed
+    over."""
+    objects, skipped = parse_jsonl(data)
+    records = []
+    for obj in objects:
+        try:
+            record = record_from_json(obj, worker)
+        except Malformed:
+            skipped += 1
+            continue
+        if record is not None:
+            records.append(record)
+    return records, skipped
+
+
+def record_from_json(obj: object, worker: int | str | None = None) -> Record | None:
+    """The record a metrics line's object holds (read from `worker`'s file); None for a kind
+    this version does not know (written by a newer one). Malformed for an object that is not
+    a record."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+        raise Malformed("not a record: no kind")
+    cls = RECORD_TYPES.get(obj["kind"])
+    if cls is None:
+        return None
+    return cls.from_json(cls.upgraded(obj), worker=worker)  # whose: the file's, not the line's

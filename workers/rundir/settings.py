@@ -1,0 +1,160 @@
+"""The run's settings record (run.json) and how a run's workers are grouped into packs.
+
+Written once by Run.create and again whenever workers are added or removed; read by Run.resume
+and Run.attach (an attached run follows it as the owner changes it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from agent.agent import resolve_device
+from agent.config import Config
+from agent.errors import ConfigError, UserError
+from workers.rundir.directory import atomic_write_json
+from workers.rundir.knob_record import KnobStore
+from workers.rundir.paths import CONFIG, RUN, metrics_name
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a run is laid out (run.json): its workers, packs, merging and checkpoints."""
+
+    workers: int = 2
+    merge_every: int = 2500
+    control_worker: bool = False
+    checkpoint_every: int = 10_000
+    merge_timeout_s: float = 30.0
+    threads_per_worker: int = 0  # torch threads of each worker; 0: workers/host/threads.py decides
+    added: int = 0  # workers added mid-run: the last `added` indices (the control is before them)
+    removed: tuple[int, ...] = ()  # workers taken out mid-run: stopped, not merged, not resumed
+    tensorboard: bool = True  # event files in tb/worker-K/ (when TensorBoard is installed)
+    wandb: bool = False  # each worker also logs to Weights & Biases
+    max_restarts: int = 3  # automatic restarts of a crashed worker, per worker (0: none)
+    pack: int = 1  # workers trained as one batched model in one process (0: Run.create picks)
+    ranks: int = 0  # a torchrun job's processes (workers/cli/torchrun.py); 0: not one
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
+        if self.workers < 1:
+            raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        if self.merge_every < 1:
+            raise ConfigError(f"merge_every must be at least 1, got {self.merge_every}")
+        if self.checkpoint_every < 1:
+            raise ConfigError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
+        if not 0 <= self.max_restarts <= 1000:
+            raise ConfigError(f"max_restarts must be in [0, 1000], got {self.max_restarts}")
+        if self.pack < 0:
+            raise ConfigError(f"pack must be at least 1, got {self.pack}")
+        first = self.workers - self.added
+        if self.pack > first:
+            raise ConfigError(
+                f"a pack of {self.pack} is larger than the run's {first} "
+                f"worker{'s' * (first != 1)}: give --pack at most --workers"
+            )
+
+    @property
+    def packs(self) -> list[list[int]]:
+        """Workers trained together, one process each: the run's first workers in packs of
+        `pack` (the last one smaller if need be), each worker added later alone; removed
+        workers left out."""
+        first, size = self.workers - self.added, max(self.pack, 1)
+        groups = [list(range(i, min(i + size, first))) for i in range(0, first, size)]
+        groups += [[i] for i in range(first, self.workers)]
+        kept = [[i for i in g if i not in self.removed] for g in groups]
+        return [g for g in kept if g]
+
+    def pack_of(self, index: int) -> list[int]:
+        """The workers that share `index`'s process (itself alone when not in a pack)."""
+        return next((g for g in self.packs if index in g), [index])
+
+    @property
+    def control_index(self) -> int | None:
+        """The worker that never merges (the last one the run started with), if any."""
+        return self.workers - self.added - 1 if self.control_worker else None
+
+    @property
+    def active(self) -> list[int]:
+        return [i for i in range(self.workers) if i not in self.removed]
+
+    @property
+    def merging(self) -> list[int]:
+        return [i for i in self.active if i != self.control_index]
+
+
+def read_record(path: Path) -> tuple[Config, RunSettings]:
+    """The config and settings of a multi-worker run directory (UserError if it is not one, or
+    if either file is damaged: the message names it and says how to repair it)."""
+    config_file, run_file = path / CONFIG, path / RUN
+    try:
+        config, settings = _json_or_none(config_file), _json_or_none(run_file)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(
+            f"{path} is not a multi-worker run directory (no config.json or run.json)"
+        ) from None
+    except OSError as err:
+        raise UserError(f"cannot read the run record in {path}: {err}") from None
+    try:
+        cfg = Config(**config["config"])
+    except (ValueError, TypeError, KeyError) as err:
+        raise UserError(
+            f"{config_file} is damaged ({_why(err, config_file)}): it holds the run's config, "
+            "kept nowhere else; restore it from a backup (or copy config.json of a run started "
+            "with the same flags)"
+        ) from None
+    try:
+        return cfg, RunSettings(**settings)
+    except (ValueError, TypeError, KeyError) as err:
+        workers = len(list(path.glob(metrics_name("*")))) or 2
+        good = KnobStore(path).last_good(cfg)
+        merge_every = good[1]["merge_every"] if good else RunSettings.merge_every
+        example = json.dumps({"workers": workers, "merge_every": merge_every})
+        raise UserError(
+            f"{run_file} is damaged ({_why(err, run_file)}): it holds the run's settings; "
+            f"restore it from a backup, or write its essentials again: echo '{example}' > "
+            f'{run_file} (add "control_worker": true if the run had one; other settings '
+            "take their defaults)"
+        ) from None
+
+
+def _json_or_none(path: Path) -> object:
+    """The JSON value in a file, or None if it is not JSON (OSError if it cannot be read)."""
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError:
+        return None
+
+
+def _why(err: Exception, path: Path) -> str:
+    """What is wrong with a record file, in a few words."""
+    try:
+        json.loads(path.read_bytes())
+    except ValueError as parse_error:
+        return f"not JSON: {parse_error}"
+    except OSError:
+        pass
+    return f"{type(err).__name__}: {err}"
+
+
+def gpu_count(cfg: Config) -> int:
+    """GPUs the run's workers may use (0: they train on the CPU)."""
+    if resolve_device(cfg.device).type != "cuda":
+        return 0
+    return 1 if ":" in cfg.device else torch.cuda.device_count()
+
+
+def default_pack(workers: int, cfg: Config) -> int:
+    """On CUDA one pack per visible GPU (the workers split across them); on the CPU one process
+    per worker, 10-30 % faster than a pack there on 2 cores (BENCHMARKS.md, "Packs")."""
+    gpus = gpu_count(cfg)
+    return -(-workers // gpus) if gpus else 1
+
+
+def write_settings(path: Path, settings: RunSettings) -> None:
+    """Record the settings in the run directory's run.json (atomic)."""
+    atomic_write_json(path / RUN, dataclasses.asdict(settings))

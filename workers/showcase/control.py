@@ -1,0 +1,142 @@
+"""The showcase: one player process that plays the run's newest weights into shared memory.
+
+A run (owning or attached) has one. Its controls (camera, weights source, episode reset) are
+shared values, so a change applies within one player step, also to a player started later.
+The player itself is player.py; this is the run's side of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import numbers
+from pathlib import Path
+
+from agent.agent import resolve_device
+from agent.config import Config
+from agent.errors import ConfigError, UserError
+from workers.host.signals import children_ignore_ctrl_c
+from workers.showcase.frames import FrameBuffer
+from workers.showcase.player import PlayerSpec, ShowcaseControls, player_main, task_cameras
+
+DEFAULT_SHARE = 0.07  # showcase CPU budget (cores) when training on the CPU
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+class Showcase:
+    def __init__(self, ctx: mp.context.BaseContext, path: Path, cfg: Config, resting: object):
+        """`resting` (an Event): set while no worker trains, the player then has no CPU cap."""
+        self._ctx, self.path, self.cfg = ctx, path, cfg
+        self._player: mp.Process | None = None
+        self._frames: FrameBuffer | None = None
+        self._render_paused, self._player_stop = ctx.Event(), ctx.Event()
+        self._controls = ShowcaseControls(
+            ctx.Value("i", 0), ctx.Value("i", -1), ctx.Event(), resting
+        )
+        self._camera_names: list[str] | None = None
+
+    def pids(self) -> list[int]:
+        """The player's process id while it runs."""
+        alive = self._player is not None and self._player.is_alive()
+        return [self._player.pid] if alive else []
+
+    def start(
+        self,
+        height: int = 240,
+        width: int = 320,
+        realtime: bool = True,
+        max_fps: float = 30.0,
+        cpu_share: float | None = None,
+    ) -> None:
+        """Start the player, rendering frames of the size the reader asks for.
+
+        `cpu_share` caps its CPU time (cores); by default 0.07 when the workers train on the
+        CPU (it then plays in slow motion rather than slow them) and no cap with a GPU."""
+        if cpu_share is None:
+            cpu_share = 0.0 if resolve_device(self.cfg.device).type == "cuda" else DEFAULT_SHARE
+        if self._player is not None and self._player.is_alive():
+            raise UserError("the showcase player is already running")
+        if not (16 <= height <= 2160 and 16 <= width <= 3840):
+            raise ConfigError(
+                f"frame size must be within 16x16 and 3840x2160, got {width}x{height}"
+            )
+        if self._frames is not None:
+            self._frames.close(unlink=True)
+        self._frames = FrameBuffer(height, width)
+        self._player_stop.clear()
+        self._controls.reset.clear()  # a reset asked for while no player ran is void
+        spec = PlayerSpec(
+            str(self.path),
+            dataclasses.asdict(self.cfg),
+            self._frames.name,
+            height,
+            width,
+            realtime,
+            max_fps=max_fps,
+            cpu_share=cpu_share,
+        )
+        self._player = self._ctx.Process(
+            target=player_main,
+            args=(spec, self._render_paused, self._player_stop, self._controls),
+            name="tdmpc2-showcase",
+            daemon=True,
+        )
+        with children_ignore_ctrl_c():
+            self._player.start()
+
+    def camera_names(self) -> list[str]:
+        """The task's cameras in id order; -1, MuJoCo's free camera, is not listed."""
+        if self._camera_names is None:
+            self._camera_names = task_cameras(self.cfg.task)
+        return list(self._camera_names)
+
+    def choose(self, workers: int, camera: int | None = None, source: int | None = None) -> None:
+        """Set the camera (-1: free) and the weights played (-1: merged, k < `workers`: worker
+        k's newest); an out-of-range value changes nothing (ConfigError)."""
+        if camera is not None:
+            last = len(self.camera_names()) - 1
+            if not is_int(camera) or not -1 <= camera <= last:
+                raise ConfigError(
+                    f"camera must be in [-1, {last}] (-1: the free camera; the cameras of "
+                    f"{self.cfg.task}: {', '.join(self.camera_names()) or 'none'}), got {camera!r}"
+                )
+        if source is not None:
+            last = workers - 1
+            if not is_int(source) or not -1 <= source <= last:
+                raise ConfigError(
+                    f"source must be -1 (merged weights) or a worker in [0, {last}], got {source!r}"
+                )
+        if camera is not None:
+            self._controls.camera.value = int(camera)
+        if source is not None:
+            self._controls.source.value = int(source)
+
+    def settings(self) -> dict[str, int]:
+        return {"camera": self._controls.camera.value, "source": self._controls.source.value}
+
+    def reset(self) -> None:
+        self._controls.reset.set()
+
+    def pause_rendering(self, paused: bool = True) -> None:
+        (self._render_paused.set if paused else self._render_paused.clear)()
+
+    def read_frame(self):
+        """(frame HxWx3 uint8, info) of the newest complete frame, or None."""
+        return self._frames.read() if self._frames is not None else None
+
+    def frame_sequence(self) -> int:
+        return self._frames.sequence() if self._frames is not None else 0
+
+    def stop(self) -> None:
+        if self._player is not None:
+            self._player_stop.set()
+            self._player.join(30)
+            if self._player.is_alive():
+                self._player.kill()
+            self._player = None
+        if self._frames is not None:
+            self._frames.close(unlink=True)
+            self._frames = None

@@ -1,0 +1,304 @@
+"""The hooks the trainer calls between agent steps (and between the updates of pretraining, and
+the steps of an evaluation), for all the workers of one process: live knobs (applied to every
+worker of a pack at the same step), a merge round every `merge_every` agent steps
+(merge_rounds.py), checkpoints, pause and stop, the run-directory and disk checks
+(disk_guard.py), phase records and the shared snapshot. Apart from the process entry
+(process.py), which sets them up once and says how the process ended.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from agent.config import knobs_of
+from agent.errors import ConfigError
+from workers.rundir.directory import load_state, save_checkpoint, state_bytes
+from workers.rundir.knob_record import KnobStore, agent_knobs, validate_knobs
+from workers.rundir.paths import checkpoint_path, merged_path
+from workers.rundir.rank_records import forward_records
+from workers.rundir.records import (
+    Checkpoint,
+    FirstUpdate,
+    KnobsApplied,
+    KnobsRefused,
+    Pause,
+    Pretraining,
+    Resume,
+    Seeding,
+)
+from workers.training.disk_guard import DiskGuard
+from workers.training.merge_rounds import MergeRounds
+from workers.training.spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
+from workers.training.trainer import StopTraining, Trainer
+
+_LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
+PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
+# A torchrun job's ranks take rank 0's knob record, and send it their new records, at every
+# merge round and every this many agent steps (the same steps on every rank: a knob changes
+# for all at once). Measured: a knob applied 0.6-2.8 s after it was set (BENCHMARKS.md).
+SYNC_STEPS = 50
+
+
+class WorkerHooks:
+    """Called by the trainer after every agent step, for all the workers of its process (one,
+    or a pack: lists with one entry per worker)."""
+
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        trainer: Trainer,
+        snapshots: list,
+        pause,
+        stop,
+        checkpoints: list,
+        leaves: list,
+        terminated=None,
+        start_knobs: tuple[int, int] | None = None,
+        started: float | None = None,
+    ):
+        """`start_knobs`: (knob version, merge_every) these workers last applied, from their
+        checkpoints. `started`: time.time() when the process started."""
+        spec = specs[0]  # run-wide fields are the same in every worker's spec
+        self.specs, self.spec, self.trainer = specs, spec, trainer
+        self.snapshots, self.pause_event, self.checkpoint_events = snapshots, pause, checkpoints
+        # The whole run stops, a worker leaves it, or the process was sent SIGTERM itself.
+        self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
+        self.parent = os.getppid()
+        self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer.log_all, self._stop_now)
+        for member in trainer.members:
+            member.run_dir.on_write_error = self.disk.wait_for_disk
+        self.started, self.first_update_s = started or time.time(), None
+        self.knobs = KnobStore(spec.run_path)
+        # The run's own values, never a code default: those this worker applied last (its
+        # checkpoint), else the run's; the newest good knob record goes over them below.
+        self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
+        if spec.distributed and spec.resume:
+            self._rejoin()
+        self.rounds = (
+            MergeRounds(specs, trainer, self.set, self._stopping)
+            if any(sp.merge_with for sp in specs)
+            else None
+        )
+        self.last_round = trainer.step // self.merge_every
+        self.last_sync = trainer.step // SYNC_STEPS
+        self.last_phase_record = -math.inf
+        self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
+        if spec.distributed:
+            self._shared_knobs()
+            return
+        good = self.knobs.last_good(trainer.agent.cfg)  # knobs.json, or its history if damaged
+        if good is not None and good[0] > self.knob_version:
+            self.apply_knobs(good)
+        self.apply_knobs()
+
+    def _rejoin(self) -> None:
+        """A resumed rank of a torchrun job: every rank counts on from the furthest step any
+        of them reached and takes rank 0's last merged weights, so that their merge rounds
+        and their weights line up again (their checkpoints may be a few steps apart)."""
+        t = self.trainer
+        furthest = torch.tensor([float(t.step)], device=t.agent.device)
+        dist.all_reduce(furthest, op=dist.ReduceOp.MAX)
+        merged: list = [None]
+        if dist.get_rank() == 0 and merged_path(self.spec.job_path).exists():
+            merged = [load_state(merged_path(self.spec.job_path))["model"]]
+        dist.broadcast_object_list(merged, src=0)
+        if merged[0] is not None:
+            weights = t.agent.checked_model_state(merged[0])
+            t.agent.load_model_state(weights, list(range(len(self.specs))))
+        if furthest.item() > t.step:  # (a rank with no checkpoint yet starts here too)
+            t.start_at(int(furthest.item()))
+
+    def _shared_knobs(self) -> None:
+        """A rank of a torchrun job takes rank 0's knob record (at the start, every merge
+        round and every SYNC_STEPS), so that every rank applies a version at the same
+        step (when the rounds fall depends on merge_every: the ranks must agree on it)."""
+        record = [self.knobs.last_good(self.trainer.agent.cfg) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(record, src=0)
+        if record[0] is not None and record[0][0] > self.knob_version:
+            self.apply_knobs(record[0])
+
+    def set(self, **values: float) -> None:
+        """The same values in every worker's snapshot."""
+        for snapshot in self.snapshots:
+            for name, value in values.items():
+                snapshot[SNAPSHOT_FIELDS.index(name)] = value
+
+    def in_force(self) -> dict:
+        """The knob values this worker runs with now."""
+        return {**agent_knobs(knobs_of(self.trainer.agent.cfg)), "merge_every": self.merge_every}
+
+    def apply_knobs(self, record: tuple[int, dict] | None = None) -> None:
+        """Apply the newest knob record (or `record`: version, values) between agent steps:
+        the planner's knobs through the agent's config, the merge frequency here."""
+        if record is None:
+            try:
+                record = self.knobs.poll(self.knob_version)
+            except ConfigError as err:  # unreadable: reported once (until the file changes)
+                self._refused(None, str(err), None)
+                return
+            if record is None:
+                return
+        version, values = record
+        try:
+            # Validated when written; a damaged or hand-edited record is refused, reported.
+            values = validate_knobs(self.trainer.agent.cfg, values)
+        except ConfigError as err:
+            knob = next(
+                (k for k in sorted(values, key=len, reverse=True) if str(err).startswith(k)), None
+            )
+            self._refused(version, str(err), knob, values.get(knob))
+            self.knob_version = version
+            return
+        self.trainer.agent.set_knobs(**agent_knobs(values))
+        merge_every = int(values.get("merge_every", self.merge_every))
+        if merge_every != self.merge_every:
+            # Rounds are counted in the new unit from here on, the same way by every worker.
+            self.merge_every = merge_every
+            self.last_round = self.trainer.step // merge_every
+        self.knob_version = version
+        self.trainer.log_all(
+            KnobsApplied(step=self.trainer.step, version=version, values=dict(values))
+        )
+        self.set(knob_version=version)
+
+    def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
+        """Record a knob record this worker does not apply: the values in force stay."""
+        in_force = self.in_force()
+        if knob in in_force:
+            stays = f"{knob} stays {in_force[knob]}"
+        else:
+            stays = "the last good values stay: " + ", ".join(
+                f"{k}={v}" for k, v in in_force.items()
+            )
+        what = (
+            f"knob record version {version} refused"
+            if version is not None
+            else "knob record unreadable"
+        )
+        self.trainer.log_all(
+            KnobsRefused(
+                step=self.trainer.step,
+                version=version,
+                knob=knob,
+                value=value,
+                reason=reason,
+                in_force=in_force,
+                in_force_version=self.knob_version,
+                message=f"{what}: {reason}; {stays}",
+            )
+        )
+
+    def checkpoint(self) -> None:
+        """One checkpoint per worker: worker-K.pt of a pack is a lone worker's."""
+        for k, spec in enumerate(self.specs):
+            member = self.trainer.members[k]
+            path = checkpoint_path(spec.run_path, spec.index)
+            path.parent.mkdir(exist_ok=True)
+            state = self.trainer.state_dict(k)  # its "knobs": the agent's values in force
+            state.update(knob_version=self.knob_version, merge_every=self.merge_every)
+            data = state_bytes(state)
+            # The previous one stays until this one is complete; a full disk: wait, retry.
+            member.run_dir.guarded(path, len(data), lambda p=path, d=data: save_checkpoint(p, d))
+            member.log(Checkpoint(step=self.trainer.step, path=str(path)))
+
+    def _checkpoint_asked(self) -> bool:
+        asked = any(event.is_set() for event in self.checkpoint_events)
+        for event in self.checkpoint_events:
+            event.clear()
+        return asked
+
+    def _stopping(self) -> bool:
+        return any(event.is_set() for event in self.stop_events)
+
+    def _stop_now(self) -> bool:
+        # A run whose main process died (kill -9) must not leave orphans training on.
+        return self._stopping() or os.getppid() != self.parent
+
+    def obey_pause_and_stop(self) -> None:
+        paused = False
+        while self.pause_event.is_set() and not self._stopping():
+            if not paused:  # recorded, so that a window attached to the run sees it
+                paused = True
+                self.trainer.log_all(Pause(step=self.trainer.step))
+            self.set(state=STATES.index("paused"), heartbeat=time.time())
+            time.sleep(0.05)
+            if not self.spec.distributed:  # a rank applies knobs at merge rounds only
+                self.apply_knobs()
+        if paused:
+            self.trainer.log_all(Resume(step=self.trainer.step))
+        if self._stop_now():
+            raise StopTraining
+
+    def during_evaluation(self, trainer: Trainer) -> None:
+        """Called after every evaluation step: an evaluation takes minutes on a CPU, and a
+        stop or pause must not wait for it to end."""
+        self.obey_pause_and_stop()
+        self.set(state=STATES.index("training"), heartbeat=time.time())
+
+    def between_updates(self, trainer: Trainer) -> None:
+        """Called after every update, so that pretraining (minutes of updates on a CPU) can be
+        paused, stopped and checkpointed, and its progress shown."""
+        if self.first_update_s is None:
+            # With CUDA graphs this is when the compiling ended (once per pack).
+            self.first_update_s = round(time.time() - self.started, 1)
+            self.set(first_update_s=self.first_update_s)
+            trainer.log_all(FirstUpdate(step=trainer.step, seconds=self.first_update_s))
+        if trainer.pretrained:
+            return  # training does few updates per agent step: the step hook is soon enough
+        self.disk.check_run_dir()
+        self.disk.resumed(trainer.step)
+        if self._checkpoint_asked():
+            self.checkpoint()
+        self.obey_pause_and_stop()
+        self.set(state=STATES.index("pretraining"), updates=trainer.updates, heartbeat=time.time())
+        self._phase_record(Pretraining(step=trainer.step, updates=trainer.updates))
+
+    def _phase_record(self, record: Seeding | Pretraining) -> None:
+        """Seeding and pretraining write no other records for minutes: say every few seconds
+        that they go on, so that a window attached to the run shows them (and knows the
+        worker is alive)."""
+        now = time.monotonic()
+        if now - self.last_phase_record >= PHASE_RECORD_S:
+            self.last_phase_record = now
+            self.trainer.log_all(record)
+
+    def __call__(self, trainer: Trainer) -> None:
+        self.disk.check_run_dir()
+        self.disk.resumed(trainer.step)
+        if not self.spec.distributed:
+            self.apply_knobs()
+        round_ = trainer.step // self.merge_every
+        merged = self.rounds is not None and round_ > self.last_round
+        if merged:
+            self.rounds.merge(round_)
+            self.last_round = round_
+        if self.spec.distributed and (merged or trainer.step // SYNC_STEPS > self.last_sync):
+            self.last_sync = trainer.step // SYNC_STEPS
+            self._shared_knobs()
+            # The other ranks' new records reach rank 0's directory (an attached window).
+            workers = max(next(sp.merge_with for sp in self.specs if sp.merge_with)) + 1
+            forward_records(self.spec.job_path, [sp.index for sp in self.specs], workers)
+        if self._checkpoint_asked() or trainer.step >= self.next_checkpoint:
+            self.checkpoint()
+            self.next_checkpoint = (
+                trainer.step // self.spec.checkpoint_every + 1
+            ) * self.spec.checkpoint_every
+        self.obey_pause_and_stop()
+        phase = "training" if trainer.pretrained else "seeding"
+        if phase == "seeding":
+            self._phase_record(Seeding(step=trainer.step))
+        self.set(
+            step=trainer.step,
+            steps_per_s=trainer.progress.rate,
+            state=STATES.index(phase),
+            updates=trainer.updates,
+            heartbeat=time.time(),
+        )
+        for snapshot, member in zip(self.snapshots, trainer.members):
+            returns = member.episode_returns
+            snapshot[_LAST_RETURN] = returns[-1] if returns else float("nan")

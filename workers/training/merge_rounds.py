@@ -1,0 +1,133 @@
+"""The merge rounds of one training process: a pack first averages its own merging workers on
+the device; with workers in other processes that mean goes through the file backend
+(workers/merging/files.py), and every worker takes the merged weights. Kept apart from the hooks
+(hooks.py), which start a round every `merge_every` agent steps, because a round is its
+own protocol: who takes part, who is left out, what is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch.distributed as dist
+
+from workers.merging.collective import DistributedMergeBackend
+from workers.merging.files import FileMergeBackend, MergeCancelled
+from workers.rundir.records import Merge, MergeSkipped, MergeStopped, Record
+from workers.training.spec import STATES, WorkerSpec
+from workers.training.trainer import StopTraining, Trainer
+
+
+class MergeRounds:
+    """The merges of the workers of one process (one, or a pack) that take part in merging."""
+
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        trainer: Trainer,
+        set_snapshot: Callable[..., None],
+        stopping: Callable[[], bool],
+    ):
+        """`set_snapshot`: writes snapshot fields of every worker; `stopping`: whether a stop
+        was asked (a merge waiting on the others ends then)."""
+        spec = specs[0]  # run-wide fields are the same in every worker's spec
+        self.specs, self.trainer, self.set = specs, trainer, set_snapshot
+        # Positions (in the pack) of the workers that merge: the control worker does not.
+        self.merging = [k for k, sp in enumerate(specs) if sp.merge_with]
+        merge_with = next(sp.merge_with for sp in specs if sp.merge_with)
+        self.backend = FileMergeBackend(
+            spec.run_path, list(merge_with), spec.merge_timeout_s, stop=stopping
+        )
+        # A rank of a torchrun job merges with the other ranks in a collective; the file
+        # backend then only publishes the merged weights (rank 0: for the showcase).
+        self.collective = (
+            DistributedMergeBackend(list(merge_with), max(merge_with) + 1, trainer.agent.device)
+            if spec.distributed
+            else None
+        )
+        self.merges = 0
+
+    def merge(self, round_: int) -> None:
+        """A merge round: a pack averages its merging workers on the device; with workers in
+        other processes that mean (weighing as many workers as it holds) goes through the
+        file backend. A worker with non-finite weights is left out and reset from the mean."""
+        t, agent = self.trainer, self.trainer.agent
+        own = [self.specs[k].index for k in self.merging]
+        index_of = dict(zip(self.merging, own))
+        others = [w for w in self.backend.members() if w not in own]
+        self.set(state=STATES.index("merging"))
+        start = time.perf_counter()
+        pack = agent.pack_mean(self.merging)
+        if pack is None and self.collective is None:
+            reason = "own weights are not finite"
+            self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
+            return
+        if pack is None:  # every rank takes part in the collective: this one with nothing
+            shapes = agent.model_state(self.merging[0])
+            mean = {k: v for k, v in shapes.items() if v.is_floating_point()}
+            good, bad = [], {k: "non-finite weights" for k in self.merging}
+        else:
+            mean, good, bad = pack
+        participants = [index_of[k] for k in good]
+        left_out = {index_of[k]: why for k, why in bad.items()}
+        if self.collective is not None:
+            result = self.collective.merge(round_, mean, tuple(participants), t.step)
+            merged, participants = result.merged, result.participants
+            left_out.update(result.left_out)
+            others_distances = {w: d for w, d in result.distances.items() if w not in own}
+            if dist.get_rank() == 0:
+                published = {k: v.detach().cpu() for k, v in merged.items()}
+                self._guarded(
+                    lambda: self.backend.publish_merged(
+                        round_, published, participants, result.step
+                    )
+                )
+        elif others or self.backend.down:
+            state = {k: v.detach().cpu() for k, v in mean.items()}
+            try:
+                result = self._guarded(
+                    lambda: self.backend.merge(
+                        own[0], round_, state, t.step, tuple(participants), tuple(own)
+                    )
+                )
+            except MergeCancelled:
+                # Not waiting out the others: checkpoint (own weights, unmerged) and exit now.
+                self._log_merging(MergeStopped(step=t.step, round=round_))
+                raise StopTraining from None
+            merged, participants = result.merged, result.participants
+            left_out.update(result.left_out)
+            others_distances = {w: d for w, d in result.distances.items() if w not in own}
+        else:
+            others_distances = {}
+            # Every merging worker is here: no files to wait for. The merged weights are
+            # still published, for the showcase and for a worker added later.
+            merged = mean
+            published = {k: v.detach().cpu() for k, v in mean.items()}
+            self._guarded(
+                lambda: self.backend.publish_merged(round_, published, participants, t.step)
+            )
+        own_distances = agent.assign(merged, self.merging, reset=list(bad))
+        distances = {**others_distances, **{index_of[k]: d for k, d in own_distances.items()}}
+        if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
+            self.merges += 1
+            merge = Merge(
+                step=t.step,
+                round=round_,
+                participants=tuple(participants),
+                left_out=dict(left_out),
+                distances={w: round(d, 6) for w, d in sorted(distances.items())},
+                merge_ms=round((time.perf_counter() - start) * 1000, 2),
+            )
+            self._log_merging(merge)
+        self.set(merges=self.merges)
+
+    def _log_merging(self, record: Record) -> None:
+        """A record for the workers that merge (a control worker in the pack does not)."""
+        for k in self.merging:
+            self.trainer.members[k].log(record)
+
+    def _guarded(self, write):
+        """A merge file write, tried again while the disk is full (see DiskGuard.wait_for_disk)."""
+        size = sum(t.numel() * t.element_size() for t in self.trainer.agent.model_state().values())
+        return self.trainer.run_dir.guarded(self.backend.dir, size, write)
