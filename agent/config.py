@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 from functools import cache
 
 from agent.errors import ConfigError
-from agent.knobs import knob_ranges, knobs
+from agent.knobs import knobs
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,6 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
     "tau": (0.0, 1.0),
     "entropy_coef": (0.0, 10.0),
     "discount": (0.0, 1.0),
-    "iterations": (0, 32),
     "min_std": (1e-6, 10.0),
     "max_std": (1e-6, 10.0),
     "num_q": (2, 64),
@@ -198,9 +197,9 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value}")
+        raise ConfigError(f"{name} must be a finite number, got {value}", name)
     if not low <= value <= high:
-        raise ConfigError(f"{name} must be in [{low:g}, {high:g}], got {value}")
+        raise ConfigError(f"{name} must be in [{low:g}, {high:g}], got {value}", name)
 
 
 def validate(cfg: Config) -> None:
@@ -209,40 +208,45 @@ def validate(cfg: Config) -> None:
         value = getattr(cfg, f.name)
         expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[f.type]
         if isinstance(value, bool) and f.type != "bool" or not isinstance(value, expected):
-            raise ConfigError(f"{f.name} must be of type {f.type}, got {value!r}")
+            raise ConfigError(f"{f.name} must be of type {f.type}, got {value!r}", f.name)
     if cfg.model_size not in MODEL_SIZES:
         sizes = ", ".join(str(s) for s in MODEL_SIZES)
-        raise ConfigError(f"model_size must be one of {sizes}, got {cfg.model_size}")
-    # The live knobs' ranges (agent/knobs.py); iterations may be 0 here ("auto").
-    live = {k: v for k, v in knob_ranges("agent").items() if k != "iterations"}
-    ranges = {**FIELD_RANGES, **live}
-    for name, (low, high) in ranges.items():
+        raise ConfigError(f"model_size must be one of {sizes}, got {cfg.model_size}", "model_size")
+    for name, (low, high) in FIELD_RANGES.items():
         _check_range(name, getattr(cfg, name), low, high)
+    for name, knob in knobs("agent").items():  # the live knobs' ranges: agent/knobs.py
+        if getattr(cfg, name) != knob.auto:
+            _check_range(name, getattr(cfg, name), knob.low, knob.high)
     if cfg.num_pi_trajs >= cfg.num_samples:
         raise ConfigError(
-            f"num_pi_trajs must be below num_samples ({cfg.num_samples}), got {cfg.num_pi_trajs}"
+            f"num_pi_trajs must be below num_samples ({cfg.num_samples}), got {cfg.num_pi_trajs}",
+            "num_pi_trajs",
         )
     if cfg.num_elites > cfg.num_samples:
         raise ConfigError(
-            f"num_elites must be at most num_samples ({cfg.num_samples}), got {cfg.num_elites}"
+            f"num_elites must be at most num_samples ({cfg.num_samples}), got {cfg.num_elites}",
+            "num_elites",
         )
     if cfg.min_std > cfg.max_std:
-        raise ConfigError(f"min_std ({cfg.min_std}) must not exceed max_std ({cfg.max_std})")
+        raise ConfigError(
+            f"min_std ({cfg.min_std}) must not exceed max_std ({cfg.max_std})", "min_std"
+        )
     if cfg.latent_dim % cfg.simnorm_dim:
         raise ConfigError(
-            f"latent_dim ({cfg.latent_dim}) must be a multiple of simnorm_dim ({cfg.simnorm_dim})"
+            f"latent_dim ({cfg.latent_dim}) must be a multiple of simnorm_dim ({cfg.simnorm_dim})",
+            "latent_dim",
         )
     if cfg.vmin >= cfg.vmax:
-        raise ConfigError(f"vmin ({cfg.vmin}) must be below vmax ({cfg.vmax})")
+        raise ConfigError(f"vmin ({cfg.vmin}) must be below vmax ({cfg.vmax})", "vmin")
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
-        raise ConfigError(f"device must be cpu, cuda or auto, got {cfg.device!r}")
+        raise ConfigError(f"device must be cpu, cuda or auto, got {cfg.device!r}", "device")
 
 
 def make_config(model_size: int = 5, **overrides: object) -> Config:
     """Config for a model-size preset, then explicit overrides (unknown names are refused)."""
     if model_size not in MODEL_SIZES:
         sizes = ", ".join(str(s) for s in MODEL_SIZES)
-        raise ConfigError(f"model_size must be one of {sizes}, got {model_size}")
+        raise ConfigError(f"model_size must be one of {sizes}, got {model_size}", "model_size")
     names = {f.name for f in fields(Config)}
     unknown = sorted(set(overrides) - names)
     if unknown:

@@ -6,7 +6,12 @@ class UserError(Exception):
 
 
 class ConfigError(UserError, ValueError):
-    """A config field or live knob outside its valid range."""
+    """A config field or live knob outside its valid range; `field` names it (None when the
+    error is about no one field: a file that does not read, unknown names)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class WeightsError(UserError):

@@ -35,6 +35,9 @@ class Knob:
     """In the window: 0 a slider; > 0 a number field stepping by this much (wide ranges)."""
     in_window: bool = True
     """Whether the window has a widget for it (all are in the record and the command line)."""
+    auto: int | None = None
+    """A value a Config may hold instead, meaning "chosen from the task when the run starts"
+    (never a live value: the record holds what was chosen)."""
 
     @property
     def bounds(self) -> str:
@@ -49,16 +52,16 @@ class Knob:
     def check(self, value: object) -> int | float:
         """The value as this knob's type, or ConfigError naming the knob and its range."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{self.name} must be a number, got {value!r}")
+            raise ConfigError(f"{self.name} must be a number, got {value!r}", self.name)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{self.name} must be a finite number, got {value}")
+            raise ConfigError(f"{self.name} must be a finite number, got {value}", self.name)
         if self.kind is int and value != int(value):
-            raise ConfigError(f"{self.name} must be a whole number, got {value!r}")
+            raise ConfigError(f"{self.name} must be a whole number, got {value!r}", self.name)
         if not self.low <= value <= self.high:
             low, high = (
                 f"{v:g}" if self.kind is float else str(int(v)) for v in (self.low, self.high)
             )
-            raise ConfigError(f"{self.name} must be in [{low}, {high}], got {value}")
+            raise ConfigError(f"{self.name} must be in [{low}, {high}], got {value}", self.name)
         return self.kind(value)
 
 
@@ -66,7 +69,7 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("merge_every", int, 1, 10_000_000, "merge every", "steps", layer="workers", step=500),
     Knob("horizon", int, 1, 16, "planning horizon"),
-    Knob("iterations", int, 1, 32, "MPPI iterations"),
+    Knob("iterations", int, 1, 32, "MPPI iterations", auto=0),
     Knob("num_samples", int, 2, 8192, "MPPI samples", step=64),
     Knob("num_elites", int, 1, 1024, "elites", step=8),
     Knob("num_pi_trajs", int, 0, 1024, "policy trajectories"),
@@ -79,10 +82,6 @@ def knobs(layer: str | None = None) -> dict[str, Knob]:
     """The knobs (of one layer), by name, in the table's order. Read at call time, so that a
     knob added to the table is seen everywhere."""
     return {k.name: k for k in KNOBS if layer in (None, k.layer)}
-
-
-def knob_ranges(layer: str | None = None) -> dict[str, tuple[float, float]]:
-    return {name: (k.low, k.high) for name, k in knobs(layer).items()}
 
 
 class KnobValues(Mapping[str, int | float]):

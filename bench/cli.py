@@ -24,6 +24,7 @@ from bench.speed import print_table, speed_benchmark
 from workers.cli.flags import CliParser, add_common_flags, add_config_flags
 from workers.cli.new_run import config_from_args, default_run_dir
 from workers.host.threads import apply_threads, check_threads
+from workers.rundir.settings import RunSettings
 
 BENCH_EPILOG = """examples:
   python3 launch.py bench --model-size 5 --device cpu
@@ -76,7 +77,12 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
-    parser.add_argument("--merge-every", type=int, default=2500, help="agent steps (--merge-gain)")
+    parser.add_argument(
+        "--merge-every",
+        type=int,
+        default=RunSettings.merge_every,
+        help="agent steps (--merge-gain)",
+    )
     parser.add_argument(
         "--merge-optimiser",
         type=int,

@@ -20,7 +20,7 @@ from agent.errors import UserError
 from workers.merging.files import FileMergeBackend, average_states, distance
 from workers.run.owner import Run, RunSettings
 from workers.rundir.records import Eval, KnobsApplied
-from workers.training.trainer import StopTraining, Trainer
+from workers.training.trainer import NoHooks, StopTraining, Trainer
 
 
 def agent_for(cfg: Config) -> TDMPC2:
@@ -145,12 +145,12 @@ def _trained_agent_state(cfg: Config, steps: int) -> tuple[dict, Trainer]:
     """Train one agent in this process for `steps` agent steps; its state and trainer."""
     trainer = Trainer(cfg, progress=False)
 
-    def stop_at(t: Trainer) -> None:
-        if t.step >= steps:
-            raise StopTraining
+    class StopAt(NoHooks):
+        def after_step(self, t: Trainer) -> None:
+            if t.step >= steps:
+                raise StopTraining
 
-    trainer.step_hook = stop_at
-    trainer.run()
+    trainer.run(StopAt())
     return copy.deepcopy(trainer.agent.state_dict()), trainer
 
 

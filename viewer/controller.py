@@ -18,8 +18,8 @@ from viewer.machine_use import MachineUse
 from viewer.model import KnobRow, RunModel
 from viewer.series import published_curve
 from workers.cli.presets import UserError
-from workers.run.owner import BaseRun, Run
-from workers.rundir.requests import describe
+from workers.run.base import OWNED, BaseRun, Wording
+from workers.rundir.requests import served_notice
 
 POLL_S = 0.25
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training
@@ -40,7 +40,7 @@ class View:
     phase: str  # idle, starting, running, stopping, stopped
     task: str = ""
     run_path: str = ""
-    attached: bool = False
+    wording: Wording = OWNED  # how to word what was done with the run shown
     paused: bool = False
     workers: list[dict] = field(default_factory=list)
     knobs: list[KnobRow] = field(default_factory=list)
@@ -60,7 +60,7 @@ class View:
     machine: str = ""
 
 
-# Run methods that, for an attached run, go to the process that owns it as requests.
+# Run methods that, in a view of another process's run, go to that process as requests.
 OWNER_ACTIONS = ("pause", "resume_training", "checkpoint")
 
 
@@ -75,7 +75,6 @@ class Controller:
         self._run: BaseRun | None = None
         self._model: RunModel | None = None
         self._phase = "idle"
-        self._paused = False
         self._cameras: list[str] = []
         self._published = None
         self._machine = MachineUse()
@@ -117,7 +116,7 @@ class Controller:
             run.pause_rendering(paused)  # sets an Event: never blocks
 
     def stop(self) -> None:
-        """The Stop button: stop the run (attached: ask the process that owns it to)."""
+        """The Stop button: stop the run (a view of another process's: ask that process to)."""
         self._commands.put(self._stop_button)
 
     def frame_sequence(self) -> int:
@@ -168,16 +167,14 @@ class Controller:
             return
         getattr(self._run, method)(**kwargs)
         if method in ("pause", "resume_training"):
-            self._paused = method == "pause"
-            notice = notice or ("training paused" if self._paused else "training resumed")
-        if notice and self._run.attached and method in OWNER_ACTIONS:
-            notice = f"{notice}: asked of the process that owns the run"
+            notice = notice or ("training paused" if method == "pause" else "training resumed")
+        if notice and method in OWNER_ACTIONS:
+            notice += self._run.wording.asked
         if notice:
             self.notices.put(notice)
 
     def _stop_button(self) -> None:
-        if self._run is not None and self._run.attached:
-            self._run.request_stop()
+        if self._run is not None and self._run.stop_elsewhere():
             self.notices.put("stop asked of the process that owns the run: its workers stop")
             return
         self._stop_run()
@@ -200,7 +197,7 @@ class Controller:
     def _add_worker(self) -> None:
         if self._run is not None:
             index = self._run.add_worker()
-            verb = "asked for" if self._run.attached else "added"
+            verb = self._run.wording.added
             self.notices.put(f"worker {index} {verb}: it starts from the merged weights")
 
     def _remove_worker(self) -> None:
@@ -212,7 +209,7 @@ class Controller:
         if not merging:
             raise UserError("no merging worker left to remove")
         run.remove_worker(merging[-1])
-        verb = "removal asked" if run.attached else "removed"
+        verb = run.wording.removed
         self.notices.put(f"worker {merging[-1]} {verb}: it writes a checkpoint and leaves")
 
     def _open(self, make_run: Callable[[], BaseRun]) -> None:
@@ -224,8 +221,7 @@ class Controller:
         except UserError:
             self._phase = "idle" if self._run is None else "stopped"
             raise
-        if not run.attached and not run.started:
-            run.start(nice=WORKER_NICE)
+        run.launch(nice=WORKER_NICE)
         run.start_player(*self.frame_size)
         with self._run_lock:
             self._run = run
@@ -235,9 +231,8 @@ class Controller:
         self._cameras = run.camera_names()
         published = published_curve(run.cfg.task)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
-        self._paused = False
         self._phase = "running"
-        verb = "attached to" if run.attached else "started"
+        verb = run.wording.opened
         count = f"{workers} worker{'s' * (workers != 1)}"
         self.notices.put(f"{verb} {run.path} ({count}, {run.cfg.task})")
 
@@ -250,8 +245,8 @@ class Controller:
         run.stop()  # workers write a checkpoint each before they exit
         with self._run_lock:
             self._phase = "stopped"
-        if not run.attached:
-            self.notices.put(f"stopped; checkpoints in {run.path}")
+        if run.wording.stopped:
+            self.notices.put(run.wording.stopped.format(path=run.path))
 
     def _refresh(self) -> None:
         run, model = self._run, self._model
@@ -260,16 +255,13 @@ class Controller:
             # A worker restarted...; those also recorded (a crash) come as model errors.
             for line in run.notices(recorded=False):
                 self.notices.put(line)
-            if not run.attached:
-                self._serve_requests(run)
+            self._serve_requests(run)
         self._publish()
 
-    def _serve_requests(self, run: Run) -> None:
-        """This window owns the run: serve what windows attached to it asked for."""
+    def _serve_requests(self, run: BaseRun) -> None:
+        """What other windows asked of a run this window owns (a view serves none)."""
         for request in run.serve_requests():
-            self.notices.put(f"an attached window asked: {describe(request)}")
-            if request.action in ("pause", "resume_training") and not request.error:
-                self._paused = request.action == "pause"
+            self.notices.put(served_notice(request))
             if request.action == "stop":
                 self._stop_run()
                 return
@@ -288,9 +280,8 @@ class Controller:
             **base,
             task=run.cfg.task,
             run_path=str(run.path),
-            attached=run.attached,
-            # Attached: as the workers report it (the owner or another window may pause).
-            paused=any(p["state"] == "paused" for p in in_run) if run.attached else self._paused,
+            wording=run.wording,
+            paused=run.is_paused(),
             workers=model.worker_rows(progress),
             knobs=model.knob_rows(requested, in_run),
             knob_version=version,

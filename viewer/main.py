@@ -11,7 +11,7 @@ import sys
 from viewer.runs import initial_run
 from workers.cli.flags import build_parser
 from workers.cli.presets import UserError
-from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads, choose_threads
+from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
 
 
 def check_display() -> None:
@@ -61,9 +61,9 @@ def main(argv: list[str]) -> int:
     from viewer.controller import Controller
 
     print(f"opening the window; run directory {run.path}", file=sys.stderr)
-    if not run.attached:
-        threads = run.settings.threads_per_worker or None
-        print(choose_threads(len(run.settings.active), threads).describe(), file=sys.stderr)
+    threads = run.describe_threads()
+    if threads:
+        print(threads, file=sys.stderr)
     controller = Controller((FRAME_H, FRAME_W))
     try:
         stats = App(controller, open_first=lambda: run).run()
@@ -77,13 +77,10 @@ def main(argv: list[str]) -> int:
         # A second Ctrl+C (or a SIGTERM) must not cut the checkpoints short.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _already_stopping)
-        attached = controller.view.attached  # (the run shown last, maybe not the first)
-        if attached:
-            print("letting go of the attached run: its workers are not ours", file=sys.stderr)
-        else:
-            print("stopping workers (each writes a checkpoint)...", file=sys.stderr)
+        wording = controller.view.wording  # (the run shown last, maybe not the first)
+        print(wording.closing, file=sys.stderr)
         controller.shutdown()
-    if not attached:
+    if wording.after_close:
         path = controller.view.run_path or run.path
-        print(f"run directory {path}; continue with --resume {path}", file=sys.stderr)
+        print(wording.after_close.format(path=path), file=sys.stderr)
     return 0

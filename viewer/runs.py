@@ -37,16 +37,13 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
     check_run_flags(args)
     if args.resume:
         return lambda: Run.resume(args.resume, steps=args.steps)
-    if demo_requested(args):
-        preset = demo_preset(args.device)
-        cfg = config_from_args(args, preset)
-        workers = preset.workers if args.workers is None else args.workers
-        merge_every = preset.merge_every if args.merge_every is None else args.merge_every
+    preset = demo_preset(args.device) if demo_requested(args) else None
+    cfg = config_from_args(args, preset)
+    if args.workers is not None:
+        workers = args.workers
     else:
-        cfg = config_from_args(args)
-        workers = (4 if cuda_available() else 2) if args.workers is None else args.workers
-        merge_every = 2500 if args.merge_every is None else args.merge_every
-    settings = settings_from_args(args, workers, merge_every)
+        workers = preset.workers if preset else (4 if cuda_available() else 2)
+    settings = settings_from_args(args, workers, preset)
     path = args.run_dir or default_run_dir(cfg.task)
     if args.load:
         read_start_weights(args.load, cfg)  # a bad file is refused now, before the window opens
@@ -65,7 +62,7 @@ def new_run(
 ) -> Callable[[], Run]:
     """A new run chosen in the window's dialog; the config is checked now."""
     overrides = dict(CPU_DEMO_OVERRIDES) if cpu_planning else {}
-    preset = Preset(task, model_size, workers, merge_every, overrides)
+    preset = Preset(task, model_size, workers, overrides, merge_every)
     cfg = preset_config(preset, device=device)
     settings = RunSettings(
         workers=workers + (1 if control_worker else 0),

@@ -16,7 +16,7 @@ from workers.run.spawn import worker_spec
 from workers.rundir.directory import load_state
 from workers.rundir.records import Episode, Error, KnobsApplied, Merge, Resumed, Stop
 from workers.training.process import does_not_fit
-from workers.training.spec import DOES_NOT_FIT, SNAPSHOT_FIELDS, STATES
+from workers.training.spec import DOES_NOT_FIT, SNAPSHOT_FIELDS, STATES, WorkerLink
 
 
 def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):
@@ -141,14 +141,16 @@ def test_a_pack_out_of_gpu_memory_exits_with_that_line_and_records_it(
     settings = RunSettings(workers=2, pack=2)
     run = Run.create(tmp_path / "run", tiny(100), settings)
     specs = [worker_spec(run.path, run.cfg, settings, k, 100) for k in (0, 1)]
-    snapshots = [[0.0] * len(SNAPSHOT_FIELDS) for _ in specs]
-    flags = [threading.Event() for _ in range(6)]  # pause, stop, checkpoints, leaves
+    links = [
+        WorkerLink(spec, [0.0] * len(SNAPSHOT_FIELDS), threading.Event(), threading.Event())
+        for spec in specs
+    ]
     with pytest.raises(SystemExit) as exited:
-        worker_module.worker_main(specs, snapshots, *flags[:2], flags[2:4], flags[4:])
+        worker_module.worker_main(links, threading.Event(), threading.Event())
     assert exited.value.code == DOES_NOT_FIT
     line = capsys.readouterr().err.strip()
     assert line.startswith("workers 0, 1 (a pack): a pack of 2 workers does not fit"), line
     for k in (0, 1):
         errors = [e for e in events(run, Error) if e.worker == k]
         assert len(errors) == 1 and "at most about" in errors[0].message
-    assert [s[SNAPSHOT_FIELDS.index("state")] for s in snapshots] == [STATES.index("crashed")] * 2
+    assert [link.value("state") for link in links] == [STATES.index("crashed")] * 2

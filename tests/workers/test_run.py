@@ -253,6 +253,6 @@ def test_attached_view_follows_phases_pause_and_stop_from_the_records(tmp_path):
 def test_a_stop_while_the_monitor_is_starting_does_not_fail(tmp_path):
     # Ctrl+C inside threading.Thread.start() leaves a monitor that is not running yet.
     run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=1))
-    run._monitor = threading.Thread(target=lambda: None)
+    run.monitor.thread = threading.Thread(target=lambda: None)
     run.stop(timeout=1)  # joining an unstarted thread raised RuntimeError
     assert run._stop.is_set()

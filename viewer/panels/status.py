@@ -40,7 +40,7 @@ class StatusPanel:
                 dpg.add_text("", tag="status_message")
 
     def apply(self, view: View) -> None:
-        where = f"{view.run_path}" + (" (attached)" if view.attached else "")
+        where = f"{view.run_path}{view.wording.label}"
         dpg.set_value("status_run", f"{where} {PHASES[view.phase]}".strip())
         dpg.set_value("status_machine", f"  |  {view.machine}" if view.machine else "")
         # Errors new since the last view, each as a notice (the view keeps only the newest).

@@ -16,6 +16,8 @@ from typing import NoReturn
 
 from agent.config import MODEL_SIZES, Config, field_docs, make_config
 from agent.knobs import knobs
+from workers.cli.presets import demo_preset
+from workers.rundir.settings import RunSettings
 
 # Flags with their own handling (not plain Config overrides; config_from_args skips them).
 OWN_HANDLING = {"model_size", "task", "steps", "seed", "device"}
@@ -262,9 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="STEPS",
-        help="agent steps between merges (default: 2500; the CPU demo preset 500"
-        + _live("merge_every")
-        + ")",
+        help=f"agent steps between merges (default: {RunSettings.merge_every}; the CPU demo "
+        f"preset {demo_preset('cpu').merge_every}" + _live("merge_every") + ")",
     )
     multi.add_argument(
         "--control-worker", action="store_true", help="one extra worker never merges"

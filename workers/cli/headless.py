@@ -44,9 +44,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
             run.settings = replace(run.settings, max_restarts=args.max_restarts)
     else:
         cfg = config_from_args(args)
-        merge_every = 2500 if args.merge_every is None else args.merge_every
         workers = 1 if args.workers is None else args.workers  # 0 is refused, not made 1
-        settings = settings_from_args(args, workers, merge_every)
+        settings = settings_from_args(args, workers)
         path = args.run_dir or default_run_dir(cfg.task)
         run = Run.create(path, cfg, settings, start_weights=args.load)
         warning = steps_warning(run.cfg)

@@ -50,12 +50,19 @@ def check_run_flags(args: argparse.Namespace) -> None:
         raise UserError("--load starts a new run: a resumed run goes on from its checkpoints")
 
 
-def settings_from_args(args: argparse.Namespace, workers: int, merge_every: int) -> RunSettings:
+def settings_from_args(
+    args: argparse.Namespace, workers: int, preset: Preset | None = None
+) -> RunSettings:
     """The run settings the flags ask for, with `workers` training workers (a control worker
-    comes on top) merging every `merge_every` agent steps."""
+    comes on top). The merge frequency: --merge-every, else the preset's, else the run's
+    default (RunSettings: the one place it is written)."""
+    merge_every = args.merge_every
+    if merge_every is None and preset is not None:
+        merge_every = preset.merge_every
+    chosen = {} if merge_every is None else {"merge_every": merge_every}
     return RunSettings(
         workers=workers + (1 if args.control_worker else 0),
-        merge_every=merge_every,
+        **chosen,
         control_worker=args.control_worker,
         checkpoint_every=args.checkpoint_every,
         tensorboard=not args.no_tensorboard,

@@ -28,8 +28,8 @@ class Preset:
     task: str
     model_size: int
     workers: int
-    merge_every: int
     overrides: dict
+    merge_every: int | None = None  # None: the run's default (RunSettings)
 
 
 def cuda_available() -> bool:
@@ -40,8 +40,8 @@ def demo_preset(device: str = "auto") -> Preset:
     """The run a bare `python launch.py` starts on this machine (and device choice)."""
     cuda = device.startswith("cuda") or (device == "auto" and cuda_available())
     if cuda:
-        return Preset("walker-walk", 5, 4, 2500, {})
-    return Preset("cartpole-balance", 1, 2, 500, dict(CPU_DEMO_OVERRIDES))
+        return Preset("walker-walk", 5, 4, {})
+    return Preset("cartpole-balance", 1, 2, dict(CPU_DEMO_OVERRIDES), merge_every=500)
 
 
 def preset_config(preset: Preset, **overrides: object) -> Config:

@@ -33,7 +33,7 @@ from workers.rundir.directory import RunDir
 from workers.rundir.paths import RUN
 from workers.rundir.rank_records import forward_records, rank_path
 from workers.rundir.settings import RunSettings, read_record
-from workers.training.spec import SNAPSHOT_FIELDS
+from workers.training.spec import SNAPSHOT_FIELDS, WorkerLink
 
 # How long a collective (a merge round, the start-up checks) waits for the slowest rank. The
 # ranks reach each round at about the same time; a rank that died is noticed by torchrun
@@ -113,11 +113,11 @@ def run_rank(args: argparse.Namespace) -> int:
         ]
         for spec in specs:
             spec.cfg["device"] = cfg.device  # the rank's own GPU, whatever the pack layout
-        snapshots = [[0.0] * len(SNAPSHOT_FIELDS) for _ in specs]
-        checkpoints = [threading.Event() for _ in specs]
-        leaves = [threading.Event() for _ in specs]
-        pause, stop = threading.Event(), threading.Event()
-        worker_main(specs, snapshots, pause, stop, checkpoints, leaves)
+        links = [
+            WorkerLink(spec, [0.0] * len(SNAPSHOT_FIELDS), threading.Event(), threading.Event())
+            for spec in specs
+        ]
+        worker_main(links, pause=threading.Event(), stop=threading.Event())
         try:
             forward_records(path, mine, settings.workers)  # the last records: stop, checkpoint
         except RuntimeError:  # a rank died (gloo: connection closed): torchrun ends the job
@@ -146,8 +146,7 @@ def _from_flags(args: argparse.Namespace, world: int) -> tuple[Config, RunSettin
     if cfg.iterations == 0:  # as Run.create resolves it: the same number on every rank
         cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
     workers = 1 if args.workers is None else args.workers
-    merge_every = 2500 if args.merge_every is None else args.merge_every
-    settings = settings_from_args(args, workers, merge_every)
+    settings = settings_from_args(args, workers)
     return cfg, dataclasses.replace(settings, pack=max(1, workers // world), ranks=world)
 
 

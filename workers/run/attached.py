@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import UserError
-from workers.run.base import BaseRun
+from workers.run.base import ATTACHED, BaseRun
 from workers.rundir.paths import RUN
 from workers.rundir.settings import RunSettings, read_record
 
@@ -30,6 +30,7 @@ NOT_SERVED = (
 
 class AttachedRun(BaseRun):
     attached = True
+    wording = ATTACHED
 
     def __init__(self, path: Path, cfg: Config, settings: RunSettings) -> None:
         super().__init__(path, cfg, settings, resumed=True)
@@ -46,6 +47,16 @@ class AttachedRun(BaseRun):
 
     def start(self, nice: int = 0) -> None:
         raise UserError("an attached run cannot start workers: it watches another process's")
+
+    def launch(self, nice: int = 0) -> None:
+        pass  # the workers are another process's
+
+    def is_paused(self) -> bool:
+        return any(w["state"] == "paused" for w in self.progress() if w["state"] != "removed")
+
+    def stop_elsewhere(self) -> bool:
+        self.request_stop()
+        return True
 
     def _ask_owner(self, action: str, worker: int | None = None) -> None:
         """Pass a request to the process that owns the run (see Run.serve_requests)."""

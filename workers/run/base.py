@@ -11,22 +11,60 @@ import multiprocessing as mp
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
-from agent.config import Config, knobs_of
+from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.run.tail import RecordTail, tail_records
-from workers.rundir.knob_record import KnobStore, validate_knobs
+from workers.rundir.knob_record import KnobStore, run_knobs, validate_knobs
 from workers.rundir.lines import damaged_lines
 from workers.rundir.paths import merged_path, metrics_name
 from workers.rundir.records import Eval, KnobsApplied, KnobsRefused, Record
-from workers.rundir.requests import RequestLog
+from workers.rundir.requests import Request, RequestLog
 from workers.rundir.settings import RunSettings
 from workers.showcase.control import Showcase
 
 
+@dataclass(frozen=True)
+class Wording:
+    """How a window or the command line words what it did with a run of this kind."""
+
+    opened: str  # "started" a run, or "attached to" it
+    added: str  # a worker "added", or "asked for"
+    removed: str  # a worker "removed", or its "removal asked"
+    asked: str  # after a pause, resume or checkpoint notice: where the action went
+    label: str  # after the run's path in a status line
+    stopped: str  # once its workers stopped ({path}); empty: not this process's to say
+    closing: str  # printed as the window closes
+    after_close: str  # printed after it closed ({path}); empty: nothing to say
+
+
+OWNED = Wording(
+    opened="started",
+    added="added",
+    removed="removed",
+    asked="",
+    label="",
+    stopped="stopped; checkpoints in {path}",
+    closing="stopping workers (each writes a checkpoint)...",
+    after_close="run directory {path}; continue with --resume {path}",
+)
+ATTACHED = Wording(
+    opened="attached to",
+    added="asked for",
+    removed="removal asked",
+    asked=": asked of the process that owns the run",
+    label=" (attached)",
+    stopped="",
+    closing="letting go of the attached run: its workers are not ours",
+    after_close="",
+)
+
+
 class BaseRun(ABC):
     attached: bool = False  # True for a view of a run another process started (Run.attach)
+    wording: Wording = OWNED
 
     def __init__(self, path: Path, cfg: Config, settings: RunSettings, resumed: bool):
         self.path, self.cfg, self.settings, self.resumed = path, cfg, settings, resumed
@@ -39,12 +77,35 @@ class BaseRun(ABC):
         self._notices: deque[tuple[str, bool]] = deque(maxlen=1000)
         self._reported_dead: set[int] = set()
         self._tail = RecordTail(path)
-        self.gone: str | None = None  # why the run stopped: its directory vanished
         self.showcase = Showcase(self._ctx, path, cfg, self._pause)
 
     # the interface: each kind of run does these its own way ----------------------------
     @abstractmethod
     def start(self, nice: int = 0) -> None: ...
+
+    @abstractmethod
+    def launch(self, nice: int = 0) -> None:
+        """Set the run going as a window opens it: the owner starts its workers unless they
+        run already; a view of another process's run has nothing to start."""
+
+    @abstractmethod
+    def is_paused(self) -> bool:
+        """Whether training is paused: as asked of the owner; as the workers report it in a
+        view (the owner or another window may pause)."""
+
+    @abstractmethod
+    def stop_elsewhere(self) -> bool:
+        """The Stop button: in a view of another process's run, ask that process to stop its
+        workers and return True; the owner returns False (its caller stops it: stop())."""
+
+    def serve_requests(self) -> list[Request]:
+        """Apply what attached windows asked for (the owner's job; a view serves nothing)."""
+        return []
+
+    def describe_threads(self) -> str:
+        """How the run's workers use this machine's cores ("" when they are not this
+        process's to start)."""
+        return ""
 
     @abstractmethod
     def progress(self) -> list[dict]: ...
@@ -101,8 +162,14 @@ class BaseRun(ABC):
         """Block until every worker has ended (attached: returns at once, it has none)."""
         return None
 
+    @property
+    def gone(self) -> str | None:
+        """Why the run stopped because its directory vanished, if it did (the owner's monitor
+        finds out; a view has no workers to stop)."""
+        return None
+
     def check_run_dir(self) -> str | None:
-        """Why the run stopped because its directory vanished, if it did (see Run)."""
+        """Look whether the run directory vanished; returns `gone`."""
         return self.gone
 
     def _check_knob_history(self) -> None:
@@ -193,7 +260,7 @@ class BaseRun(ABC):
     def _applied_values(self) -> tuple[int, dict]:
         """The newest knob values a worker recorded running with (knobs_applied, or the values
         in force when it refused a record), else the run's starting values."""
-        best = (-1, {**knobs_of(self.cfg), "merge_every": self.settings.merge_every})
+        best = (-1, run_knobs(self.cfg, self.settings.merge_every))
         for index in self.settings.active:
             for record in reversed(tail_records(self.path / metrics_name(index))):
                 if isinstance(record, KnobsApplied):
@@ -212,8 +279,9 @@ class BaseRun(ABC):
 
     def set_knobs(self, **changes: object) -> int:
         """Validate and publish new knob values; returns the new version (error: unchanged).
-        A damaged knob record is replaced, from the values in force."""
-        return self.knobs.set(self.cfg, in_force=self._applied_values(), **changes)
+        A damaged knob record is replaced, from the values in force (only then are the workers'
+        metrics files read for them)."""
+        return self.knobs.set(self.cfg, in_force=self._applied_values, **changes)
 
     def summary(self, interrupted: bool) -> str:
         """Where the run got to: its workers' step, their mean last evaluation return."""

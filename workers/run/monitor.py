@@ -3,8 +3,10 @@ merges, records why (a "crashed" record), restarts it with a back-off, and tells
 the workers recorded that needs saying (a refused knob record, a resume, a full disk, a vanished
 run directory).
 
-A mixin of owner.py Run, sharing the run's process handles and lock: the state it keeps
-is initialised by _init_monitor, the thread started by _start_monitor (after _mark_start).
+A component of owner.py Run: it is given the run's process handles, lock and stop event, and
+calls back into the run for what only the run does (notices, respawning a pack, the step to
+join at, members.json). It keeps its own restart bookkeeping, which the run's by-hand actions
+(restart, remove) reset through it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from workers.run.spawn import WorkerProcess
 from workers.run.tail import newest_error
 from workers.rundir.directory import RunDir, human_size
 from workers.rundir.paths import metrics_name
 from workers.rundir.records import Crashed, KnobsRefused, Resumed, parse_records
+from workers.rundir.settings import RunSettings
 from workers.training.disk_guard import dir_identity
 from workers.training.spec import DOES_NOT_FIT, STATES
 
@@ -27,31 +33,82 @@ MONITOR_S = 0.25  # the monitor thread looks at least this often (a worker's exi
 
 
 class WorkerMonitor:
-    """Mixed into Run, whose path, settings, _procs (WorkerProcess), _lock, _stop, _note,
-    _spec, _spawn, _join_step and _write_members it uses."""
+    """Watches the worker processes of one owning run."""
 
-    def _init_monitor(self, restart_backoff_s: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        settings: Callable[[], RunSettings],
+        procs: dict[int, WorkerProcess],
+        lock: Any,
+        stop: Any,
+        note: Callable[..., None],
+        respawn: Callable[[list[int], int], None],
+        join_step: Callable[[], int],
+        members_changed: Callable[[], None],
+        restart_backoff_s: float,
+    ) -> None:
+        """`settings()`: the run's current settings; `procs`: its handles by worker (shared,
+        guarded by `lock`); `stop`: its stop event; `note(text, in_record=False)`: tell the
+        user; `respawn(pack, join_step)`: start a pack again from the merged weights;
+        `join_step()`: the step to join the others at; `members_changed()`: rewrite
+        members.json (see down())."""
+        self.path, self._settings, self._procs = path, settings, procs
+        self._lock, self._stop, self._note = lock, stop, note
+        self._respawn, self._join_step, self._members_changed = respawn, join_step, members_changed
         self.restart_backoff_s = restart_backoff_s  # before the first automatic restart; doubles
+        self.gone: str | None = None  # why the run stopped: its directory vanished
         self._down: dict[int, str] = {}  # merging workers not running now, with why
         self._restarts: dict[int, int] = {}  # automatic restarts so far, per worker
         self._restart_at: dict[int, float] = {}  # scheduled restarts (time.monotonic())
         self._rejoin: set[int] = set()  # restarted: back in the merges once past "starting"
-        self._monitor: threading.Thread | None = None
+        self.thread: threading.Thread | None = None
         self._scanned: dict[int, int] = {}  # bytes of each worker's records the monitor read
         self._dir_id: tuple[int, int] | None = None  # the run directory's, when started
         self._refusals_told: set = set()
         self._disk_full: set[int] = set()  # workers told of as paused for want of disk space
 
-    def _mark_start(self) -> None:
+    @property
+    def settings(self) -> RunSettings:
+        return self._settings()
+
+    def down(self) -> dict[int, str]:
+        """Merging workers not running now, with why (nobody waits for them in a merge)."""
+        with self._lock:
+            return dict(self._down)
+
+    def restarted_by_hand(self, pack: list[int]) -> None:
+        """A pack restarted by hand: a fresh allowance of automatic restarts; it merges again
+        once it runs."""
+        with self._lock:
+            for member in pack:
+                self._restarts.pop(member, None)
+                self._restart_at.pop(member, None)
+                self._rejoin.add(member)
+
+    def removed(self, index: int) -> None:
+        """A worker taken out of the run: not waited for, not restarted."""
+        with self._lock:
+            self._down.pop(index, None)
+            self._restart_at.pop(index, None)
+            self._rejoin.discard(index)
+
+    def mark_start(self) -> None:
         """Before the workers spawn: the directory to watch, and records to tell of from now."""
         self._dir_id = dir_identity(self.path)
         for index in range(self.settings.workers):  # tell only of what happens from now on
             path = self.path / metrics_name(index)
             self._scanned[index] = path.stat().st_size if path.exists() else 0
 
-    def _start_monitor(self) -> None:
-        self._monitor = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
-        self._monitor.start()
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        # A Ctrl+C can land inside the thread's start(): a thread not yet running is not
+        # joined (it sees the stop as soon as it runs).
+        if self.thread is not None and self.thread.ident is not None:
+            self.thread.join(timeout)
 
     @property
     def restarting(self) -> bool:
@@ -132,7 +189,7 @@ class WorkerMonitor:
             self._note(f"worker {index} resumed from step {record.step} ({record.checkpoint})")
 
     def check_run_dir(self) -> str | None:
-        """Owner: once the run directory is deleted or moved, stop the workers (they write
+        """Once the run directory is deleted or moved, stop the workers (they write
         nothing more, so no partial run is made where it was) and say so; returns why."""
         with self._lock:
             if self.gone is None and self._dir_id is not None:
@@ -205,7 +262,7 @@ class WorkerMonitor:
         message += f"; the others go on without waiting for it; {then}"
         if index in self.settings.merging:
             self._down[index] = down
-            self._write_members()
+            self._members_changed()
         self._note(message, in_record=True)
         record = Crashed(
             step=int(p.value("step")),
@@ -229,14 +286,9 @@ class WorkerMonitor:
         whole: the first of its workers due spawns it, the others find it running."""
         self._restarts[index] = self._restarts.get(index, 0) + 1
         self._rejoin.add(index)
-        self._reported_dead.discard(index)
         if self._procs[index].process.is_alive():
             return
-        pack = self.settings.pack_of(index)
-        join_step = self._join_step()
-        self._spawn(
-            [self._spec(m, resume=False, from_merged=True, join_step=join_step) for m in pack]
-        )
+        self._respawn(self.settings.pack_of(index), self._join_step())
 
     def _follow_rejoin(self, index: int) -> None:
         """While a restarted worker starts, keep its starting step at the others' step (it
@@ -249,6 +301,6 @@ class WorkerMonitor:
             return
         self._rejoin.discard(index)
         if self._down.pop(index, None) is not None:
-            self._write_members()
+            self._members_changed()
         step = int(p.value("step"))
         self._note(f"worker {index} runs again from step {step}: it merges again")

@@ -2,7 +2,7 @@
 
 The headless command, the tests and the viewer all use it:
 
-    run = Run.create(path, cfg, workers=2, merge_every=2500)   # or Run.resume(path)
+    run = Run.create(path, cfg, RunSettings(workers=2))   # or Run.resume(path), Run.attach(path)
     run.start(); run.set_knobs(horizon=5); run.progress(); run.new_events()
     run.pause(); run.resume_training(); run.checkpoint(); run.stop()
     run.add_worker(); run.remove_worker(k); run.restart_worker(k)
@@ -22,9 +22,10 @@ import json
 import time
 from pathlib import Path
 
-from agent.config import Config, knobs_of
+from agent.config import Config
 from agent.envs import resolve_task
 from agent.errors import UserError
+from workers.host.threads import choose_threads
 from workers.merging.files import merged_step, write_members
 from workers.run.attached import AttachedRun
 from workers.run.base import BaseRun
@@ -32,7 +33,7 @@ from workers.run.monitor import WorkerMonitor
 from workers.run.spawn import WorkerProcess, spawn, worker_spec
 from workers.run.start_weights import read_start_weights, write_start_weights
 from workers.rundir.directory import RunDir
-from workers.rundir.knob_record import validate_knobs
+from workers.rundir.knob_record import run_knobs, validate_knobs
 from workers.rundir.lines import damaged_lines
 from workers.rundir.paths import RUN, members_path
 from workers.rundir.records import Request
@@ -52,7 +53,7 @@ __all__ = ["AttachedRun", "BaseRun", "Run", "RunSettings", "default_pack", "gpu_
 RESTART_BACKOFF_S = 2.0  # before the first automatic restart of a crashed worker; doubles
 
 
-class Run(WorkerMonitor, BaseRun):
+class Run(BaseRun):
     """The owning run: its workers are this process's children."""
 
     def __init__(self, path: Path, cfg: Config, settings: RunSettings, resumed: bool):
@@ -60,8 +61,19 @@ class Run(WorkerMonitor, BaseRun):
         self._worker_nice = 0
         self._stop = self._ctx.Event()
         self._procs: dict[int, WorkerProcess] = {}
-        # Read here, not at import, so that it can be changed (tests lengthen it).
-        self._init_monitor(RESTART_BACKOFF_S)
+        self.monitor = WorkerMonitor(
+            path,
+            settings=lambda: self.settings,
+            procs=self._procs,
+            lock=self._lock,
+            stop=self._stop,
+            note=self._note,
+            respawn=self._respawn,
+            join_step=self._join_step,
+            members_changed=self._write_members,
+            # Read here, not at import, so that it can be changed (tests lengthen it).
+            restart_backoff_s=RESTART_BACKOFF_S,
+        )
 
     # creation -----------------------------------------------------------------------------
     @classmethod
@@ -84,7 +96,7 @@ class Run(WorkerMonitor, BaseRun):
         if settings.pack == 0:
             settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
-        validate_knobs(cfg, {**knobs_of(cfg), "merge_every": settings.merge_every})
+        validate_knobs(cfg, run_knobs(cfg, settings.merge_every))
         weights = read_start_weights(start_weights, cfg) if start_weights else None
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
@@ -133,7 +145,7 @@ class Run(WorkerMonitor, BaseRun):
         """members.json: the merging workers, less those down now (nobody waits for them)."""
         with self._lock:
             merging = self.settings.merging
-            down = {k: why for k, why in self._down.items() if k in merging}
+            down = {k: why for k, why in self.monitor.down().items() if k in merging}
             write_members(self.path, merging, down)
 
     def _save_settings(self, settings: RunSettings) -> None:
@@ -169,6 +181,13 @@ class Run(WorkerMonitor, BaseRun):
             join_step,
         )
 
+    def _respawn(self, pack: list[int], join_step: int) -> None:
+        """Start a pack again from the merged weights, joining the others at `join_step`."""
+        self._reported_dead.difference_update(pack)  # a new death is told again
+        self._spawn(
+            [self._spec(m, resume=False, from_merged=True, join_step=join_step) for m in pack]
+        )
+
     def _spawn(self, specs: list[WorkerSpec]) -> None:
         handles = spawn(self._ctx, specs, self._pause, self._stop)
         with self._lock:
@@ -180,10 +199,37 @@ class Run(WorkerMonitor, BaseRun):
         frames must not wait behind training (the time it takes is the same either way)."""
         self._worker_nice = nice
         self.requests.skip_old()  # asked of an earlier owner: not for this one
-        self._mark_start()
+        self.monitor.mark_start()
         for pack in self.settings.packs:
             self._spawn([self._spec(index, resume=self.resumed) for index in pack])
-        self._start_monitor()
+        self.monitor.start()
+
+    @property
+    def restarting(self) -> bool:
+        return self.monitor.restarting
+
+    @property
+    def gone(self) -> str | None:
+        return self.monitor.gone
+
+    def check_run_dir(self) -> str | None:
+        """Once the run directory is deleted or moved, stop the workers (they write nothing
+        more, so no partial run is made where it was) and say so; returns why."""
+        return self.monitor.check_run_dir()
+
+    def launch(self, nice: int = 0) -> None:
+        if not self.started:
+            self.start(nice)
+
+    def is_paused(self) -> bool:
+        return self._pause.is_set()
+
+    def stop_elsewhere(self) -> bool:
+        return False
+
+    def describe_threads(self) -> str:
+        threads = self.settings.threads_per_worker or None
+        return choose_threads(len(self.settings.active), threads).describe()
 
     def restart_worker(self, index: int) -> None:
         """Start a dead worker again: from its checkpoint if any, else from the merged weights
@@ -195,12 +241,9 @@ class Run(WorkerMonitor, BaseRun):
             if old is not None and old.process.is_alive():
                 raise UserError(f"worker {index} is still running")
             join_step = self._join_step()
-            for member in pack:  # a pack starts again as a whole, in one process
-                self._reported_dead.discard(member)
-                # Asked for by hand: a fresh allowance of automatic restarts.
-                self._restarts.pop(member, None)
-                self._restart_at.pop(member, None)
-                self._rejoin.add(member)
+            # A pack starts again as a whole, in one process.
+            self._reported_dead.difference_update(pack)
+            self.monitor.restarted_by_hand(pack)
             self._spawn(
                 [self._spec(m, resume=True, from_merged=True, join_step=join_step) for m in pack]
             )
@@ -235,9 +278,7 @@ class Run(WorkerMonitor, BaseRun):
         self._check_removable(index)
         s = self.settings
         with self._lock:
-            self._down.pop(index, None)
-            self._restart_at.pop(index, None)
-            self._rejoin.discard(index)
+            self.monitor.removed(index)
             self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
         process = self._procs.get(index)
         if process is not None:
@@ -283,10 +324,7 @@ class Run(WorkerMonitor, BaseRun):
         """Ask every worker to stop (each writes a checkpoint), then wait for them."""
         self._stop.set()
         self._pause.clear()
-        # A Ctrl+C can land inside the monitor's start(): a thread not yet running is not
-        # joined (it sees the stop as soon as it runs).
-        if self._monitor is not None and self._monitor.ident is not None:
-            self._monitor.join(5)
+        self.monitor.join(5)
         self.stop_player()
         deadline = time.monotonic() + timeout
         procs = list(self._procs.values())
@@ -302,8 +340,7 @@ class Run(WorkerMonitor, BaseRun):
         while True:
             with self._lock:
                 alive = any(p.process.is_alive() for p in self._procs.values())
-                restarting = bool(self._restart_at or self._rejoin)
-            if not alive and not restarting:
+            if not alive and not self.monitor.restarting:
                 return
             time.sleep(poll_s)
 

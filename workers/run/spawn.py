@@ -11,31 +11,49 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.config import Config
 from workers.host.signals import children_ignore_ctrl_c
 from workers.host.threads import choose_threads
 from workers.rundir.settings import RunSettings, gpu_count
 from workers.training.process import worker_main
-from workers.training.spec import SNAPSHOT_FIELDS, WorkerSpec
+from workers.training.spec import SNAPSHOT_FIELDS, WorkerLink, WorkerSpec
 
 
 @dataclass
 class WorkerProcess:
-    """One worker's handles (the workers of a pack share `process`)."""
+    """One worker's handles: its link to the process (the workers of a pack share
+    `process`)."""
 
-    spec: WorkerSpec
+    link: WorkerLink
     process: mp.Process
-    snapshot: object
-    leave: object  # Event: this worker alone stops (removed from the run)
-    checkpoint: object  # Event: save a checkpoint now (one per worker: each clears its own)
-    join: object  # Value: the step a worker starting from the merged weights counts on from
     started: float = 0.0  # time.time() of the spawn
     handled: bool = False  # its end was seen by the monitor
 
+    @property
+    def spec(self) -> WorkerSpec:
+        return self.link.spec
+
+    @property
+    def snapshot(self) -> Any:
+        return self.link.snapshot
+
+    @property
+    def leave(self) -> Any:
+        return self.link.leave
+
+    @property
+    def checkpoint(self) -> Any:
+        return self.link.checkpoint
+
+    @property
+    def join(self) -> Any:
+        return self.link.join
+
     def value(self, field: str) -> float:
         """A field of its shared snapshot (see workers/training/spec.py SNAPSHOT_FIELDS)."""
-        return self.snapshot[SNAPSHOT_FIELDS.index(field)]
+        return self.link.value(field)
 
 
 def worker_spec(
@@ -81,23 +99,24 @@ def spawn(
 ) -> list[WorkerProcess]:
     """One process for these workers (a pack, or one worker), each with its own snapshot
     and events; `pause` and `stop` (Events) are the run's, shared by every process."""
-    snapshots = [ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False) for _ in specs]
-    leaves = [ctx.Event() for _ in specs]
-    checkpoints = [ctx.Event() for _ in specs]
-    joins = [ctx.Value("q", spec.join_step, lock=False) for spec in specs]
+    links = [
+        WorkerLink(
+            spec,
+            snapshot=ctx.Array("d", len(SNAPSHOT_FIELDS), lock=False),
+            checkpoint=ctx.Event(),
+            leave=ctx.Event(),
+            join=ctx.Value("q", spec.join_step, lock=False),
+        )
+        for spec in specs
+    ]
     names = "-".join(str(spec.index) for spec in specs)
     process = ctx.Process(
         target=worker_main,
-        args=(specs, snapshots, pause, stop, checkpoints, leaves, joins),
+        args=(links, pause, stop),
         name=f"tdmpc2-worker-{names}",
         daemon=True,
     )
     with children_ignore_ctrl_c():  # the run stops its workers itself (checkpoints)
         process.start()
     started = time.time()
-    return [
-        WorkerProcess(spec, process, snapshot, leave, checkpoint, join, started=started)
-        for spec, snapshot, leave, checkpoint, join in zip(
-            specs, snapshots, leaves, checkpoints, joins
-        )
-    ]
+    return [WorkerProcess(link, process, started=started) for link in links]

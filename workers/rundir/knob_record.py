@@ -8,7 +8,7 @@ refused with a message naming the knob and its range, and the record stays as it
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from agent.config import Config, knobs_of, with_knobs
@@ -20,6 +20,11 @@ from workers.rundir.records import KnobChange, KnobRecord
 
 KNOBS = "knobs.json"
 HISTORY = "knobs.jsonl"
+
+
+def run_knobs(cfg: Config, merge_every: int) -> dict[str, int | float]:
+    """Every live knob's value in a run: the agent's from its config, the merge frequency."""
+    return {**knobs_of(cfg), "merge_every": merge_every}
 
 
 def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
@@ -43,7 +48,7 @@ class KnobStore:
     def initialise(self, cfg: Config, merge_every: int) -> None:
         if self.path.exists():
             return
-        values = validate_knobs(cfg, {**knobs_of(cfg), "merge_every": merge_every})
+        values = validate_knobs(cfg, run_knobs(cfg, merge_every))
         with self.lock:
             self._write(0, values, values)
 
@@ -87,12 +92,17 @@ class KnobStore:
                 continue
         return None
 
-    def set(self, cfg: Config, in_force: tuple[int, dict] | None = None, **changes: object) -> int:
+    def set(
+        self,
+        cfg: Config,
+        in_force: Callable[[], tuple[int, dict]] | None = None,
+        **changes: object,
+    ) -> int:
         """Validate and write a new version; on error nothing is written. Returns the version.
-        A damaged or refused record is replaced, from the last good values (`in_force`, the
+        A damaged or refused record is replaced, from the last good values (`in_force()`, the
         values the workers run with, when the history is unreadable too)."""
         with self.lock:
-            good = self.last_good(cfg) or in_force
+            good = self.last_good(cfg) or (in_force() if in_force else None)
             if good is None:
                 raise ConfigError(f"the knob record {self.path} and its history are unreadable")
             version, values = good

@@ -26,6 +26,11 @@ def describe(request: Request) -> str:
     return f"{request.action.replace('_', ' ')}{worker}: {outcome}"
 
 
+def served_notice(request: Request) -> str:
+    """The window's notice for a request it served: "an attached window asked: pause: done"."""
+    return f"an attached window asked: {describe(request)}"
+
+
 class RequestLog:
     def __init__(self, run_path: str | Path):
         self.path = Path(run_path) / REQUESTS

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from agent.config import knobs_of
 from agent.errors import ConfigError
 from workers.rundir.directory import load_state, save_checkpoint, state_bytes
-from workers.rundir.knob_record import KnobStore, agent_knobs, validate_knobs
+from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_knobs
 from workers.rundir.paths import checkpoint_path, merged_path
 from workers.rundir.rank_records import forward_records
 from workers.rundir.records import (
@@ -33,10 +33,9 @@ from workers.rundir.records import (
 )
 from workers.training.disk_guard import DiskGuard
 from workers.training.merge_rounds import MergeRounds
-from workers.training.spec import SNAPSHOT_FIELDS, STATES, WorkerSpec
+from workers.training.spec import STATES, WorkerLink
 from workers.training.trainer import StopTraining, Trainer
 
-_LAST_RETURN = SNAPSHOT_FIELDS.index("last_return")
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 # A torchrun job's ranks take rank 0's knob record, and send it their new records, at every
 # merge round and every this many agent steps (the same steps on every rank: a knob changes
@@ -45,28 +44,28 @@ SYNC_STEPS = 50
 
 
 class WorkerHooks:
-    """Called by the trainer after every agent step, for all the workers of its process (one,
-    or a pack: lists with one entry per worker)."""
+    """The trainer's hooks (trainer.py TrainingHooks) for all the workers of its process:
+    one, or a pack (one link each)."""
 
     def __init__(
         self,
-        specs: list[WorkerSpec],
+        links: list[WorkerLink],
         trainer: Trainer,
-        snapshots: list,
-        pause,
-        stop,
-        checkpoints: list,
-        leaves: list,
-        terminated=None,
+        pause: Any,
+        stop: Any,
+        terminated: Any = None,
         start_knobs: tuple[int, int] | None = None,
         started: float | None = None,
     ):
-        """`start_knobs`: (knob version, merge_every) these workers last applied, from their
-        checkpoints. `started`: time.time() when the process started."""
+        """`pause`, `stop`: the run's events; `terminated`: set when this process was sent
+        SIGTERM. `start_knobs`: (knob version, merge_every) these workers last applied, from
+        their checkpoints. `started`: time.time() when the process started."""
+        specs = [link.spec for link in links]
         spec = specs[0]  # run-wide fields are the same in every worker's spec
-        self.specs, self.spec, self.trainer = specs, spec, trainer
-        self.snapshots, self.pause_event, self.checkpoint_events = snapshots, pause, checkpoints
+        self.links, self.specs, self.spec, self.trainer = links, specs, spec, trainer
+        self.pause_event = pause
         # The whole run stops, a worker leaves it, or the process was sent SIGTERM itself.
+        leaves = [link.leave for link in links]
         self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
         self.parent = os.getppid()
         self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer.log_all, self._stop_now)
@@ -124,13 +123,12 @@ class WorkerHooks:
 
     def set(self, **values: float) -> None:
         """The same values in every worker's snapshot."""
-        for snapshot in self.snapshots:
-            for name, value in values.items():
-                snapshot[SNAPSHOT_FIELDS.index(name)] = value
+        for link in self.links:
+            link.set(**values)
 
     def in_force(self) -> dict:
         """The knob values this worker runs with now."""
-        return {**agent_knobs(knobs_of(self.trainer.agent.cfg)), "merge_every": self.merge_every}
+        return run_knobs(self.trainer.agent.cfg, self.merge_every)
 
     def apply_knobs(self, record: tuple[int, dict] | None = None) -> None:
         """Apply the newest knob record (or `record`: version, values) between agent steps:
@@ -148,9 +146,7 @@ class WorkerHooks:
             # Validated when written; a damaged or hand-edited record is refused, reported.
             values = validate_knobs(self.trainer.agent.cfg, values)
         except ConfigError as err:
-            knob = next(
-                (k for k in sorted(values, key=len, reverse=True) if str(err).startswith(k)), None
-            )
+            knob = err.field if err.field in values else None
             self._refused(version, str(err), knob, values.get(knob))
             self.knob_version = version
             return
@@ -207,9 +203,9 @@ class WorkerHooks:
             member.log(Checkpoint(step=self.trainer.step, path=str(path)))
 
     def _checkpoint_asked(self) -> bool:
-        asked = any(event.is_set() for event in self.checkpoint_events)
-        for event in self.checkpoint_events:
-            event.clear()
+        asked = any(link.checkpoint.is_set() for link in self.links)
+        for link in self.links:
+            link.checkpoint.clear()
         return asked
 
     def _stopping(self) -> bool:
@@ -240,7 +236,7 @@ class WorkerHooks:
         self.obey_pause_and_stop()
         self.set(state=STATES.index("training"), heartbeat=time.time())
 
-    def between_updates(self, trainer: Trainer) -> None:
+    def after_update(self, trainer: Trainer) -> None:
         """Called after every update, so that pretraining (minutes of updates on a CPU) can be
         paused, stopped and checkpointed, and its progress shown."""
         if self.first_update_s is None:
@@ -267,7 +263,7 @@ class WorkerHooks:
             self.last_phase_record = now
             self.trainer.log_all(record)
 
-    def __call__(self, trainer: Trainer) -> None:
+    def after_step(self, trainer: Trainer) -> None:
         self.disk.check_run_dir()
         self.disk.resumed(trainer.step)
         if not self.spec.distributed:
@@ -299,6 +295,6 @@ class WorkerHooks:
             updates=trainer.updates,
             heartbeat=time.time(),
         )
-        for snapshot, member in zip(self.snapshots, trainer.members):
+        for link, member in zip(self.links, trainer.members):
             returns = member.episode_returns
-            snapshot[_LAST_RETURN] = returns[-1] if returns else float("nan")
+            link.set(last_return=returns[-1] if returns else float("nan"))

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 import torch
 
@@ -28,7 +29,7 @@ from workers.rundir.sinks import attach_exporters
 from workers.training.disk_guard import dir_identity
 from workers.training.first_weights import start_worker
 from workers.training.hooks import WorkerHooks
-from workers.training.spec import DOES_NOT_FIT, RUN_DIR_GONE, SNAPSHOT_FIELDS, STATES, WorkerSpec
+from workers.training.spec import DOES_NOT_FIT, RUN_DIR_GONE, WorkerLink
 from workers.training.trainer import Trainer
 
 
@@ -47,16 +48,10 @@ def does_not_fit(workers: int, device: torch.device) -> str:
     )
 
 
-def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) -> None:
-    """Entry point of a spawned training process: one worker, or a pack (lists with one
-    entry per worker; a single worker's may be given bare). `joins` (shared Values,
-    optional): the step to count on from when starting from the merged weights, kept current
-    by the run while this process starts (so that its merge rounds line up with the others'
-    when it is ready)."""
-    if isinstance(specs, WorkerSpec):
-        specs, snapshots, checkpoints, leaves = [specs], [snapshots], [checkpoints], [leaves]
-        joins = [joins]
-    joins = joins or [None] * len(specs)
+def worker_main(links: list[WorkerLink], pause: Any, stop: Any) -> None:
+    """Entry point of a spawned training process: one worker, or a pack (one link per
+    worker). `pause` and `stop` are the run's events, shared by all its processes."""
+    specs = [link.spec for link in links]
     started = time.time()
     terminated = child_signals()
     spec = specs[0]
@@ -71,8 +66,8 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
     who = f"worker {names}" if len(specs) == 1 else f"workers {names} (a pack)"
 
     def set_state(state: str) -> None:
-        for snapshot in snapshots:
-            snapshot[SNAPSHOT_FIELDS.index("state")] = STATES.index(state)
+        for link in links:
+            link.set_state(state)
 
     set_state("starting")
     identity = dir_identity(spec.run_path)
@@ -94,23 +89,12 @@ def worker_main(specs, snapshots, pause, stop, checkpoints, leaves, joins=None) 
                 run, cfgs[0], tensorboard=sp.tensorboard, wandb=sp.wandb, worker=sp.index
             )
         start_knobs = None
-        for k, sp in enumerate(specs):
-            start_knobs = start_worker(sp, trainer, k, joins[k]) or start_knobs
+        for k, link in enumerate(links):
+            start_knobs = start_worker(link.spec, trainer, k, link.join) or start_knobs
         hooks = WorkerHooks(
-            specs,
-            trainer,
-            snapshots,
-            pause,
-            stop,
-            checkpoints,
-            leaves,
-            terminated,
-            start_knobs=start_knobs,
-            started=started,
+            links, trainer, pause, stop, terminated, start_knobs=start_knobs, started=started
         )
-        trainer.step_hook, trainer.update_hook = hooks, hooks.between_updates
-        trainer.eval_hook = hooks.during_evaluation
-        summary = trainer.run()
+        summary = trainer.run(hooks)
         hooks.checkpoint()
         set_state("stopped" if summary["interrupted"] else "done")
     except Exception as err:

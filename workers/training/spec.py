@@ -7,6 +7,7 @@ monitor, records) and the worker's hooks read the same protocol without importin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Layout of a worker's shared snapshot (multiprocessing.Array of doubles).
 SNAPSHOT_FIELDS = (
@@ -45,6 +46,7 @@ class WorkerSpec:
     run_path: str
     cfg: dict
     merge_with: tuple[int, ...]  # workers that take part in merges; empty: never merges
+    merge_every: int  # the run's (RunSettings), used until a knob record says otherwise
     merge_timeout_s: float = 30.0
     checkpoint_every: int = 10_000
     threads: int = 1
@@ -54,8 +56,31 @@ class WorkerSpec:
     nice: int = 0  # CPU priority below the process that started it (a window: see Run.start)
     tensorboard: bool = True  # mirror the metrics into tb/worker-K/ (workers/rundir/sinks.py)
     wandb: bool = False
-    merge_every: int = 2500  # the run's (RunSettings), used until a knob record says otherwise
     # A rank of a torchrun job: merges over torch.distributed; its records are gathered into
     # rank 0's run directory, `job_path` (run_path is the rank's own folder).
     distributed: bool = False
     job_path: str = ""
+
+
+@dataclass
+class WorkerLink:
+    """One worker's share of what its training process and the run pass between them (the
+    pause and stop events are the run's, shared by every worker)."""
+
+    spec: WorkerSpec
+    snapshot: Any  # SNAPSHOT_FIELDS as a shared array of doubles: latest-wins progress
+    checkpoint: Any  # Event: save a checkpoint now (each worker clears its own)
+    leave: Any  # Event: this worker alone stops (taken out of the run)
+    join: Any = None  # Value: the step it counts on from when starting from the merged weights
+
+    def set(self, **values: float) -> None:
+        """Write fields of the snapshot."""
+        for name, value in values.items():
+            self.snapshot[SNAPSHOT_FIELDS.index(name)] = value
+
+    def value(self, name: str) -> float:
+        """A field of the snapshot."""
+        return self.snapshot[SNAPSHOT_FIELDS.index(name)]
+
+    def set_state(self, state: str) -> None:
+        self.set(state=STATES.index(state))

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -28,7 +29,34 @@ from workers.training.progress import Progress
 
 
 class StopTraining(Exception):
-    """Raised by a step hook to end training early, as requested (not an error)."""
+    """Raised by a hook to end training early, as requested (not an error)."""
+
+
+class TrainingHooks(Protocol):
+    """What the trainer calls while it runs; any of them may raise StopTraining."""
+
+    def after_step(self, trainer: Trainer) -> None:
+        """After every agent step (summed over envs)."""
+
+    def after_update(self, trainer: Trainer) -> None:
+        """After every update: pretraining's thousands take minutes on a CPU, and a pause or
+        stop must not wait for them."""
+
+    def during_evaluation(self, trainer: Trainer) -> None:
+        """After every step of an evaluation (minutes on a CPU, too)."""
+
+
+class NoHooks:
+    """A trainer on its own: nothing runs between its steps."""
+
+    def after_step(self, trainer: Trainer) -> None:
+        pass
+
+    def after_update(self, trainer: Trainer) -> None:
+        pass
+
+    def during_evaluation(self, trainer: Trainer) -> None:
+        pass
 
 
 @dataclass
@@ -136,18 +164,14 @@ class Trainer:
         run_dir: RunDir | Sequence[RunDir | None] | None = None,
         progress: bool = True,
         log_every_s: float = 10.0,
-        step_hook: Callable[[Trainer], None] | None = None,
         write_config: bool = True,
-        update_hook: Callable[[Trainer], None] | None = None,
         seeds: Sequence[int] | None = None,
     ):
         self.cfg = cfg
         seeds = list(seeds) if seeds else [cfg.seed]
         run_dirs = list(run_dir) if isinstance(run_dir, (list, tuple)) else [run_dir] * len(seeds)
-        self.step_hook, self.write_config = step_hook, write_config
-        # Called after every update: the 1000s of pretraining updates take minutes on a CPU,
-        # and a stop or pause must not wait for them to end.
-        self.update_hook = update_hook
+        self.write_config = write_config
+        self.hooks: TrainingHooks = NoHooks()  # run(hooks) sets them
         n = cfg.num_envs
         # All workers' envs in one vector env (asynchronous where cores allow), worker k's
         # seeded as its own would be: seeds[k], seeds[k] + 1, ...
@@ -184,8 +208,6 @@ class Trainer:
         ]
         self.progress = Progress(cfg.steps, enabled=progress)
         self._pretrain_total = cfg.resolved_seed_steps
-        # Called after every evaluation step (a worker stops or pauses there too).
-        self.eval_hook: Callable[[Trainer], None] | None = None
         self.log_every_s = log_every_s
         self.step = 0
         self.updates = 0
@@ -263,8 +285,7 @@ class Trainer:
         def on_step(done: int) -> None:
             self.progress.phase("evaluating", done, episodes)
             self.progress.show()
-            if self.eval_hook is not None:
-                self.eval_hook(self)
+            self.hooks.during_evaluation(self)
 
         on_step(0)
         seeds = [m.seed + 10_000 for m in self.members]
@@ -293,8 +314,7 @@ class Trainer:
                 self.pretrain_updates += 1
                 self.progress.phase("pretraining", self.pretrain_updates, self._pretrain_total)
                 self.progress.show()
-            if self.update_hook is not None:
-                self.update_hook(self)
+            self.hooks.after_update(self)
         if info is not None and time.monotonic() - self._last_train_log > self.log_every_s:
             self._last_train_log = time.monotonic()
             for k, m in enumerate(self.members):
@@ -303,8 +323,10 @@ class Trainer:
                 m.log(Train(step=self.step, updates=self.updates, steps_per_s=rate, losses=losses))
 
     # the loop ----------------------------------------------------------------------
-    def run(self) -> dict:
-        """Train; Ctrl+C (KeyboardInterrupt) stops early. Weights are saved either way."""
+    def run(self, hooks: TrainingHooks | None = None) -> dict:
+        """Train, calling `hooks` between steps; Ctrl+C (KeyboardInterrupt) or StopTraining
+        from a hook stops early. Weights are saved either way."""
+        self.hooks = hooks or NoHooks()
         cfg = self.cfg
         if self.run_dir is not None and self.write_config:
             self.run_dir.write_config(
@@ -401,8 +423,7 @@ class Trainer:
             if next_eval is not None and self.step >= next_eval:
                 next_eval += cfg.eval_every
                 self._evaluate()
-            if self.step_hook is not None:
-                self.step_hook(self)
+            self.hooks.after_step(self)
 
     def _pretrain(self, seed_steps: int) -> None:
         """As many updates as there were seed steps (those a stop interrupted are not redone)."""
