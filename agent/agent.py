@@ -8,6 +8,7 @@ one Adam over stacked weights is P Adams), running Q scale, warm-start mean and 
 (the norm of its own gradient). P = 1 is one agent, and its saved state is the same. The losses
 are agent/losses.py's; on a CPU each worker computes them and plans on a thread of its own
 (agent/pack_threads.py), on a GPU the pack's plan and update are one compiled graph each.
+Over 300 lines because act and update share the pack's compiled graphs and their set-up.
 """
 
 from __future__ import annotations

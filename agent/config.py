@@ -85,7 +85,7 @@ class Config:
 
     # architecture (0: the model_size preset's value)
     model_size: int = 5
-    """Preset: 1, 5, 19 or 48 (million parameters)."""
+    """Preset: 1, 5, 19, 48 or 317 (million parameters)."""
     enc_dim: int = 0
     """Encoder hidden width (0: from model_size)."""
     mlp_dim: int = 0
@@ -250,7 +250,10 @@ def make_config(model_size: int = 5, **overrides: object) -> Config:
     names = {f.name for f in fields(Config)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        raise ConfigError(
+            f"unknown config field(s): {', '.join(unknown)}",
+            unknown[0] if len(unknown) == 1 else None,
+        )
     return Config(**{**overrides, "model_size": model_size})
 
 

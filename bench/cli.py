@@ -21,8 +21,9 @@ from bench.run import (
     merge_optimiser_benchmark,
 )
 from bench.speed import print_table, speed_benchmark
-from workers.cli.flags import CliParser, add_common_flags, add_config_flags
+from workers.cli.flags import add_common_flags, add_config_flags
 from workers.cli.new_run import config_from_args, default_run_dir
+from workers.cli.parser import CliParser
 from workers.host.threads import apply_threads, check_threads
 from workers.rundir.settings import RunSettings
 

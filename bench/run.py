@@ -20,7 +20,8 @@ from agent.errors import UserError
 from workers.merging.files import FileMergeBackend, average_states, distance
 from workers.run.owner import Run, RunSettings
 from workers.rundir.records import Eval, KnobsApplied
-from workers.training.trainer import NoHooks, StopTraining, Trainer
+from workers.training.loop_hooks import NoHooks, StopTraining
+from workers.training.trainer import Trainer
 
 
 def agent_for(cfg: Config) -> TDMPC2:

@@ -12,52 +12,17 @@ import queue
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from viewer.machine_use import MachineUse
-from viewer.model import KnobRow, RunModel
+from viewer.model import RunModel
 from viewer.series import published_curve
+from viewer.view import ChartOptions, View
 from workers.cli.presets import UserError
-from workers.run.base import OWNED, BaseRun, Wording
+from workers.run.base import BaseRun
 from workers.rundir.requests import served_notice
 
 POLL_S = 0.25
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training
-
-
-@dataclass(frozen=True)
-class ChartOptions:
-    wall_axis: bool = False
-    smoothing: float = 0.0
-    loss: str = "total_loss"
-
-
-@dataclass(frozen=True)
-class View:
-    """Everything the window draws from, built off the GUI thread."""
-
-    version: int
-    phase: str  # idle, starting, running, stopping, stopped
-    task: str = ""
-    run_path: str = ""
-    wording: Wording = OWNED  # how to word what was done with the run shown
-    paused: bool = False
-    workers: list[dict] = field(default_factory=list)
-    knobs: list[KnobRow] = field(default_factory=list)
-    knob_version: int = -1
-    startup: tuple[float, str] | None = None
-    returns: dict = field(default_factory=dict)
-    speed: dict = field(default_factory=dict)
-    losses: dict = field(default_factory=dict)
-    distances: dict = field(default_factory=dict)
-    merge_marks: list[float] = field(default_factory=list)
-    knob_marks: list[float] = field(default_factory=list)
-    published: tuple[list[float], list[float]] | None = None
-    errors: list[str] = field(default_factory=list)
-    error_count: int = 0
-    cameras: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    machine: str = ""
 
 
 # Run methods that, in a view of another process's run, go to that process as requests.

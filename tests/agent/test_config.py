@@ -69,8 +69,22 @@ def test_every_field_has_a_doc_line():
 def test_bad_config_names_the_field(overrides, field):
     overrides = dict(overrides)  # the parameter is shared by every run of the test
     size = overrides.pop("model_size", 5)
-    with pytest.raises(ConfigError, match=field):
+    with pytest.raises(ConfigError, match=field) as refused:
         make_config(size, **overrides)
+    assert refused.value.field == field  # what a caller keys on, not the message's wording
+
+
+def test_iterations_0_is_auto_in_a_config_and_never_a_live_value():
+    # The range is the knob table's; the table also says 0 means "chosen from the task".
+    assert knobs()["iterations"].auto == 0
+    assert make_config(1, iterations=0).resolved_iterations(6) == 6
+    assert make_config(1, iterations=32).iterations == 32
+    for bad in (-1, 33):
+        with pytest.raises(ConfigError, match=r"iterations must be in \[1, 32\]") as refused:
+            make_config(1, iterations=bad)
+        assert refused.value.field == "iterations"
+    with pytest.raises(ConfigError, match=r"iterations must be in \[1, 32\], got 0"):
+        with_knobs(make_config(1), iterations=0)  # as a live knob, 0 is refused
 
 
 def test_knobs_validated_and_unchanged_on_error():

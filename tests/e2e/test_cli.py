@@ -263,7 +263,8 @@ def test_help_shows_defaults_examples_and_bench():
     flat = " ".join(text.split())  # whatever width argparse wrapped to
     assert "(default: None)" not in flat and "(default: False)" not in flat
     for shown in (
-        "--model-size M 1, 5, 19 or 48 million parameters (default: 5)",
+        "--model-size M 1, 5, 19, 48 or 317 million parameters (default: 5)",
+        "--install-desktop add the program to the desktop's menu",
         "(default: walker-walk)",
         "(default: 512; live knob in [2, 8192])",  # --num-samples: 5M preset, knob table
         "(default: 0.0003)",  # --lr

@@ -52,6 +52,10 @@ def test_agent_learns_cartpole_balance(tmp_path):
         eval_episodes=2,
     )
     summary = Trainer(cfg, run_dir=None, progress=False).run()
-    assert summary["steps"] == STEPS and summary["updates"] == 1000 + (STEPS - 1000)
+    seeded = cfg.resolved_seed_steps
+    # The reference's schedule: as many updates as seed steps at once, then one per
+    # steps_per_update agent steps.
+    assert summary["steps"] == STEPS
+    assert summary["updates"] == seeded + (STEPS - seeded) // cfg.steps_per_update
     final_return = summary["eval_returns"][-1][1]
     assert final_return > THRESHOLD, f"eval return {final_return:.1f} after {STEPS} steps"

@@ -83,6 +83,9 @@ def test_default_pack_on_a_cpu_is_one_process_per_worker(tmp_path):
 def test_bad_pack_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     with pytest.raises(ConfigError, match="larger than the run's 2 workers"):
         RunSettings(workers=2, pack=3)
+    with pytest.raises(ConfigError, match=r"pack must be 0 \(chosen when the run is created\)"):
+        RunSettings(workers=2, pack=-1)  # (a run.json edited by hand: 0 is allowed there)
+    assert RunSettings(workers=2, pack=0).pack == 0
     target = tmp_path / "run"
     flags = ["--headless", "--task=cartpole-balance", "--device=cpu", f"--run-dir={target}"]
     for extra, message in (

@@ -8,7 +8,8 @@ from conftest import tiny_config
 
 from workers.rundir.directory import RunDir
 from workers.training.progress import Progress, WorkersProgress, phase_text, worker_text
-from workers.training.trainer import Trainer, first_update_step, steps_warning
+from workers.training.schedule import first_update_step, steps_warning
+from workers.training.trainer import Trainer
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import pytest
 from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
+import workers.run.base
 import workers.run.owner
 import workers.rundir.directory
 from agent.errors import UserError, WeightsError
@@ -168,6 +169,24 @@ def test_knob_store_falls_back_to_the_newest_good_version(tmp_path):
     assert store.last_good(cfg) == (2, good)
     assert store.set(cfg, num_samples=32) == 3
     assert store.read()[1] == {**good, "num_samples": 32}
+
+
+def test_a_knob_change_reads_metrics_files_only_when_the_knob_record_is_damaged(
+    tmp_path, monkeypatch
+):
+    run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=2, merge_every=50))
+    read = []
+    real = workers.run.base.tail_records
+    monkeypatch.setattr(
+        workers.run.base, "tail_records", lambda path: read.append(path) or real(path)
+    )
+    assert run.set_knobs(horizon=2) == 1 and read == []  # a good record: no file is read
+    (run.path / "knobs.json").write_text("{not json")
+    (run.path / "knobs.jsonl").write_text("garbage\n")
+    # Both damaged: the values the workers recorded running with (none yet: the run's own).
+    run.set_knobs(horizon=3)
+    assert sorted(p.name for p in read) == ["worker-0.jsonl", "worker-1.jsonl"]
+    assert run.knobs.read()[1]["horizon"] == 3 and run.knobs.read()[1]["merge_every"] == 50
 
 
 def test_window_shows_a_refused_knob_record_on_the_knob_panel():

@@ -12,7 +12,7 @@ from typing import Protocol
 import dearpygui.dearpygui as dpg
 
 from viewer import theme
-from viewer.controller import View
+from viewer.view import View
 
 
 class Panel(Protocol):

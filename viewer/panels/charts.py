@@ -12,10 +12,11 @@ from dataclasses import replace
 
 import dearpygui.dearpygui as dpg
 
-from viewer.controller import Controller, View
+from viewer.controller import Controller
 from viewer.model import LOSSES
 from viewer.panels.status import LOG
 from viewer.plots import LinePlot, nearest_point
+from viewer.view import View
 
 TAB_MIN = 180  # pixels the speed / losses / distance charts keep before the returns chart
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dearpygui.dearpygui as dpg
 
-from viewer.controller import Controller, View
+from viewer.controller import Controller
+from viewer.view import View
 
 
 class ControlsPanel:

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 import dearpygui.dearpygui as dpg
 
-from viewer.controller import Controller, View
+from viewer.controller import Controller
 from viewer.panels import TextStyles
+from viewer.view import View
 from workers.cli.presets import cuda_available, model_sizes, tasks
 
 HELP = """Keyboard (as in the MuJoCo viewer, where they fit)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import dearpygui.dearpygui as dpg
 
 from agent.knobs import knobs
-from viewer.controller import View
 from viewer.panels import TextStyles
+from viewer.view import View
 
 KNOB_DEBOUNCE_S = 0.35
 

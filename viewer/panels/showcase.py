@@ -15,8 +15,9 @@ import dearpygui.dearpygui as dpg
 import numpy as np
 
 from viewer import theme
-from viewer.controller import Controller, View
+from viewer.controller import Controller
 from viewer.recorder import ClipRecorder, save_screenshot
+from viewer.view import View
 
 FRAME_H, FRAME_W = 300, 400
 

@@ -12,8 +12,8 @@ from collections import deque
 import dearpygui.dearpygui as dpg
 
 from viewer import theme
-from viewer.controller import View
 from viewer.panels import TextStyles
+from viewer.view import View
 
 LOG = "log"  # the Log tab's text (the charts panel places it among its tabs)
 PHASES = {

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import dearpygui.dearpygui as dpg
 
-from viewer.controller import View
 from viewer.panels import TextStyles
+from viewer.view import View
 
 COLUMNS = ("worker", "state", "step", "speed", "return", "merges")
 

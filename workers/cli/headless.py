@@ -34,7 +34,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     from workers.run.owner import Run
     from workers.training.process import DOES_NOT_FIT
     from workers.training.progress import WorkersProgress
-    from workers.training.trainer import steps_warning
+    from workers.training.schedule import steps_warning
 
     if args.resume:
         run = Run.resume(args.resume, steps=args.steps)

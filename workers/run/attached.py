@@ -13,7 +13,8 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import UserError
-from workers.run.base import ATTACHED, BaseRun
+from workers.run.base import BaseRun
+from workers.run.wording import ATTACHED
 from workers.rundir.paths import RUN
 from workers.rundir.settings import RunSettings, read_record
 

@@ -11,12 +11,12 @@ import multiprocessing as mp
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.run.tail import RecordTail, tail_records
+from workers.run.wording import OWNED, Wording
 from workers.rundir.knob_record import KnobStore, run_knobs, validate_knobs
 from workers.rundir.lines import damaged_lines
 from workers.rundir.paths import merged_path, metrics_name
@@ -24,42 +24,6 @@ from workers.rundir.records import Eval, KnobsApplied, KnobsRefused, Record
 from workers.rundir.requests import Request, RequestLog
 from workers.rundir.settings import RunSettings
 from workers.showcase.control import Showcase
-
-
-@dataclass(frozen=True)
-class Wording:
-    """How a window or the command line words what it did with a run of this kind."""
-
-    opened: str  # "started" a run, or "attached to" it
-    added: str  # a worker "added", or "asked for"
-    removed: str  # a worker "removed", or its "removal asked"
-    asked: str  # after a pause, resume or checkpoint notice: where the action went
-    label: str  # after the run's path in a status line
-    stopped: str  # once its workers stopped ({path}); empty: not this process's to say
-    closing: str  # printed as the window closes
-    after_close: str  # printed after it closed ({path}); empty: nothing to say
-
-
-OWNED = Wording(
-    opened="started",
-    added="added",
-    removed="removed",
-    asked="",
-    label="",
-    stopped="stopped; checkpoints in {path}",
-    closing="stopping workers (each writes a checkpoint)...",
-    after_close="run directory {path}; continue with --resume {path}",
-)
-ATTACHED = Wording(
-    opened="attached to",
-    added="asked for",
-    removed="removal asked",
-    asked=": asked of the process that owns the run",
-    label=" (attached)",
-    stopped="",
-    closing="letting go of the attached run: its workers are not ours",
-    after_close="",
-)
 
 
 class BaseRun(ABC):

@@ -1,7 +1,7 @@
 """The owning run's monitor thread: it sees a worker's exit at once, takes it out of the
-merges, records why (a "crashed" record), restarts it with a back-off, and tells the user what
-the workers recorded that needs saying (a refused knob record, a resume, a full disk, a vanished
-run directory).
+merges, records why (a "crashed" record), restarts it with a back-off, tells the user what the
+workers recorded that needs saying (worker_notices.py: a refused knob record, a resume, a full
+disk) and stops the workers when the run directory vanished.
 
 A component of owner.py Run: it is given the run's process handles, lock and stop event, and
 calls back into the run for what only the run does (notices, respawning a pack, the step to
@@ -12,7 +12,6 @@ join at, members.json). It keeps its own restart bookkeeping, which the run's by
 from __future__ import annotations
 
 import multiprocessing.connection
-import shutil
 import signal
 import threading
 import time
@@ -22,9 +21,10 @@ from typing import Any
 
 from workers.run.spawn import WorkerProcess
 from workers.run.tail import newest_error
-from workers.rundir.directory import RunDir, human_size
+from workers.run.worker_notices import WorkerNotices
+from workers.rundir.directory import RunDir
 from workers.rundir.paths import metrics_name
-from workers.rundir.records import Crashed, KnobsRefused, Resumed, parse_records
+from workers.rundir.records import Crashed
 from workers.rundir.settings import RunSettings
 from workers.training.disk_guard import dir_identity
 from workers.training.spec import DOES_NOT_FIT, STATES
@@ -63,10 +63,8 @@ class WorkerMonitor:
         self._restart_at: dict[int, float] = {}  # scheduled restarts (time.monotonic())
         self._rejoin: set[int] = set()  # restarted: back in the merges once past "starting"
         self.thread: threading.Thread | None = None
-        self._scanned: dict[int, int] = {}  # bytes of each worker's records the monitor read
         self._dir_id: tuple[int, int] | None = None  # the run directory's, when started
-        self._refusals_told: set = set()
-        self._disk_full: set[int] = set()  # workers told of as paused for want of disk space
+        self.notices = WorkerNotices(path, settings, note)
 
     @property
     def settings(self) -> RunSettings:
@@ -96,9 +94,7 @@ class WorkerMonitor:
     def mark_start(self) -> None:
         """Before the workers spawn: the directory to watch, and records to tell of from now."""
         self._dir_id = dir_identity(self.path)
-        for index in range(self.settings.workers):  # tell only of what happens from now on
-            path = self.path / metrics_name(index)
-            self._scanned[index] = path.stat().st_size if path.exists() else 0
+        self.notices.from_now()
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._watch, name="run-monitor", daemon=True)
@@ -136,58 +132,6 @@ class WorkerMonitor:
                 self._note(f"error: run monitor: {type(err).__name__}: {err}")
                 time.sleep(1.0)
 
-    def _scan_records(self) -> None:
-        """Notices of what the workers recorded that the user must hear of even without a
-        window: a refused knob record (once, however many workers refused it), the step each
-        worker resumed from (and a damaged checkpoint passed over)."""
-        for index in range(self.settings.workers):
-            path = self.path / metrics_name(index)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self._scanned.get(index, 0))
-                    data = f.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n") + 1
-            self._scanned[index] = self._scanned.get(index, 0) + end
-            for record in parse_records(data[:end])[0]:  # damaged lines: the tail warns
-                if isinstance(record, Resumed):
-                    self._resumed(index, record)
-                elif isinstance(record, KnobsRefused):
-                    key = (record.version, record.reason)
-                    if key not in self._refusals_told:
-                        self._refusals_told.add(key)
-                        self._note(record.message, in_record=True)
-
-    def _watch_disk(self) -> None:
-        """Say when a worker pauses because a write failed for want of space, and when it
-        goes on (it tries again by itself: see DiskGuard.wait_for_disk)."""
-        for index, p in list(self._procs.items()):
-            blocked = p.process.is_alive() and STATES[int(p.value("state"))] == "disk full"
-            if blocked and index not in self._disk_full:
-                self._disk_full.add(index)
-                try:
-                    free = shutil.disk_usage(self.path).free
-                except OSError:
-                    free = -1
-                needed = int(p.value("blocked_bytes"))
-                self._note(
-                    f"error: worker {index} paused: a write in {self.path} failed for want of "
-                    f"space (free: {human_size(free)}; it needs about {human_size(needed)}): "
-                    "free some space and training resumes by itself; every file written "
-                    "before stays whole"
-                )
-            elif not blocked and index in self._disk_full:
-                self._disk_full.discard(index)
-                if p.process.is_alive():
-                    self._note(f"worker {index} writes again: training resumed")
-
-    def _resumed(self, index: int, record: Resumed) -> None:
-        if record.fallback:  # also a record the window shows as an error
-            self._note(f"warning: {record.fallback}", in_record=True)
-        else:
-            self._note(f"worker {index} resumed from step {record.step} ({record.checkpoint})")
-
     def check_run_dir(self) -> str | None:
         """Once the run directory is deleted or moved, stop the workers (they write
         nothing more, so no partial run is made where it was) and say so; returns why."""
@@ -207,8 +151,8 @@ class WorkerMonitor:
         with self._lock:
             if self.check_run_dir():
                 return
-            self._scan_records()
-            self._watch_disk()
+            self.notices.scan_records()
+            self.notices.watch_disk(self._procs)
             for index, p in list(self._procs.items()):
                 if not p.handled and not p.process.is_alive():
                     p.handled = True

@@ -13,6 +13,7 @@ Run.create and Run.resume give the owner (this class): it spawns the workers and
 another process started (attached.py). The rooms around it: the settings record
 (workers/rundir/settings.py), spawning (spawn.py), the showcase (workers/showcase/control.py),
 reading the records (tail.py) and the directory's file names (workers/rundir/paths.py).
+Over 300 lines because it is the whole owner's side of one interface (base.py).
 """
 
 from __future__ import annotations

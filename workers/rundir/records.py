@@ -1,4 +1,5 @@
 """The run directory's records, typed: one frozen dataclass per kind, one writer, one reader.
+Over 300 lines because the whole on-disk schema is kept on one page.
 
 Metrics lines (worker-K.jsonl, player.jsonl) are `Record`s, requests.jsonl lines `Request`s,
 knobs.json a `KnobRecord` and knobs.jsonl lines `KnobChange`s. `to_json` is the only writer of

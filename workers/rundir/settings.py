@@ -50,7 +50,9 @@ class RunSettings:
         if not 0 <= self.max_restarts <= 1000:
             raise ConfigError(f"max_restarts must be in [0, 1000], got {self.max_restarts}")
         if self.pack < 0:
-            raise ConfigError(f"pack must be at least 1, got {self.pack}")
+            raise ConfigError(
+                f"pack must be 0 (chosen when the run is created) or more, got {self.pack}"
+            )
         first = self.workers - self.added
         if self.pack > first:
             raise ConfigError(

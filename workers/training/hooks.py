@@ -13,13 +13,10 @@ import os
 import time
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 from agent.errors import ConfigError
-from workers.rundir.directory import load_state, save_checkpoint, state_bytes
+from workers.rundir.directory import save_checkpoint, state_bytes
 from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_knobs
-from workers.rundir.paths import checkpoint_path, merged_path
+from workers.rundir.paths import checkpoint_path
 from workers.rundir.rank_records import forward_records
 from workers.rundir.records import (
     Checkpoint,
@@ -32,9 +29,11 @@ from workers.rundir.records import (
     Seeding,
 )
 from workers.training.disk_guard import DiskGuard
+from workers.training.loop_hooks import StopTraining
 from workers.training.merge_rounds import MergeRounds
+from workers.training.rank_sync import rank0_knob_record, rejoin_job
 from workers.training.spec import STATES, WorkerLink
-from workers.training.trainer import StopTraining, Trainer
+from workers.training.trainer import Trainer
 
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records
 # A torchrun job's ranks take rank 0's knob record, and send it their new records, at every
@@ -77,7 +76,7 @@ class WorkerHooks:
         # checkpoint), else the run's; the newest good knob record goes over them below.
         self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
         if spec.distributed and spec.resume:
-            self._rejoin()
+            rejoin_job(trainer, spec.job_path, len(specs))
         self.rounds = (
             MergeRounds(specs, trainer, self.set, self._stopping)
             if any(sp.merge_with for sp in specs)
@@ -95,31 +94,13 @@ class WorkerHooks:
             self.apply_knobs(good)
         self.apply_knobs()
 
-    def _rejoin(self) -> None:
-        """A resumed rank of a torchrun job: every rank counts on from the furthest step any
-        of them reached and takes rank 0's last merged weights, so that their merge rounds
-        and their weights line up again (their checkpoints may be a few steps apart)."""
-        t = self.trainer
-        furthest = torch.tensor([float(t.step)], device=t.agent.device)
-        dist.all_reduce(furthest, op=dist.ReduceOp.MAX)
-        merged: list = [None]
-        if dist.get_rank() == 0 and merged_path(self.spec.job_path).exists():
-            merged = [load_state(merged_path(self.spec.job_path))["model"]]
-        dist.broadcast_object_list(merged, src=0)
-        if merged[0] is not None:
-            weights = t.agent.checked_model_state(merged[0])
-            t.agent.load_model_state(weights, list(range(len(self.specs))))
-        if furthest.item() > t.step:  # (a rank with no checkpoint yet starts here too)
-            t.start_at(int(furthest.item()))
-
     def _shared_knobs(self) -> None:
         """A rank of a torchrun job takes rank 0's knob record (at the start, every merge
         round and every SYNC_STEPS), so that every rank applies a version at the same
         step (when the rounds fall depends on merge_every: the ranks must agree on it)."""
-        record = [self.knobs.last_good(self.trainer.agent.cfg) if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(record, src=0)
-        if record[0] is not None and record[0][0] > self.knob_version:
-            self.apply_knobs(record[0])
+        record = rank0_knob_record(self.knobs, self.trainer.agent.cfg)
+        if record is not None and record[0] > self.knob_version:
+            self.apply_knobs(record)
 
     def set(self, **values: float) -> None:
         """The same values in every worker's snapshot."""

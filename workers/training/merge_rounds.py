@@ -15,8 +15,9 @@ import torch.distributed as dist
 from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled
 from workers.rundir.records import Merge, MergeSkipped, MergeStopped, Record
+from workers.training.loop_hooks import StopTraining
 from workers.training.spec import STATES, WorkerSpec
-from workers.training.trainer import StopTraining, Trainer
+from workers.training.trainer import Trainer
 
 
 class MergeRounds:

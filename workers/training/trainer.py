@@ -5,16 +5,16 @@ The step loop follows the reference: random actions for the seed steps, then as 
 once (pretraining), then one update per `steps_per_update` environment steps. A pack of P
 workers (agent/agent.py) steps all their envs as one vector env, plans for all of them in one
 call and updates all of them in one call; each worker keeps its own envs, buffer, random
-actions, episodes and metrics file. P = 1 is one agent.
+actions, episodes and metrics file. P = 1 is one agent. Over 300 lines because the step loop
+and the counters it advances (step, updates, pretraining, update credit) are one state, which
+state_dict must save whole.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -22,136 +22,13 @@ import torch
 from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of, to_dict
-from agent.envs import make_env, make_vector_env, start_step
+from agent.envs import make_vector_env, start_step
 from workers.rundir.directory import RunDir, save_state
 from workers.rundir.records import Episode, Eval, Record, Stop, Train
+from workers.training.evaluation import evaluate
+from workers.training.loop_hooks import NoHooks, StopTraining, TrainingHooks
+from workers.training.member import EpisodeSoFar, Member
 from workers.training.progress import Progress
-
-
-class StopTraining(Exception):
-    """Raised by a hook to end training early, as requested (not an error)."""
-
-
-class TrainingHooks(Protocol):
-    """What the trainer calls while it runs; any of them may raise StopTraining."""
-
-    def after_step(self, trainer: Trainer) -> None:
-        """After every agent step (summed over envs)."""
-
-    def after_update(self, trainer: Trainer) -> None:
-        """After every update: pretraining's thousands take minutes on a CPU, and a pause or
-        stop must not wait for them."""
-
-    def during_evaluation(self, trainer: Trainer) -> None:
-        """After every step of an evaluation (minutes on a CPU, too)."""
-
-
-class NoHooks:
-    """A trainer on its own: nothing runs between its steps."""
-
-    def after_step(self, trainer: Trainer) -> None:
-        pass
-
-    def after_update(self, trainer: Trainer) -> None:
-        pass
-
-    def during_evaluation(self, trainer: Trainer) -> None:
-        pass
-
-
-@dataclass
-class _Episode:
-    """One env's episode in progress."""
-
-    obs: list[np.ndarray] = field(default_factory=list)
-    actions: list[np.ndarray] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-
-
-def first_update_step(cfg: Config) -> int | None:
-    """The agent step of the first update of a fresh run (None: never). Updates begin after
-    the seed steps, once the buffer holds a whole episode longer than the horizon (the tasks
-    here end on time, so each env's first episode ends after episode_length steps)."""
-    if cfg.episode_length < cfg.horizon:
-        return None
-    n = cfg.num_envs
-    ready = max(cfg.resolved_seed_steps, n * cfg.episode_length)
-    return -(-ready // n) * n  # steps advance by num_envs
-
-
-def steps_warning(cfg: Config) -> str | None:
-    """A warning line when `cfg.steps` ends before the first update, else None."""
-    first = first_update_step(cfg)
-    if first is None:
-        return (
-            f"warning: episodes of {cfg.episode_length} steps are shorter than the horizon "
-            f"({cfg.horizon}): the agent will never update"
-        )
-    if -(-cfg.steps // cfg.num_envs) * cfg.num_envs >= first:
-        return None
-    return (
-        f"warning: {cfg.steps} steps end before the first update, at step {first} (after the "
-        f"{cfg.resolved_seed_steps} seed steps, once a whole {cfg.episode_length}-step episode "
-        "is in the buffer): the agent will not learn; raise --steps or lower --seed-steps"
-    )
-
-
-def evaluate(
-    agent: TDMPC2,
-    cfg: Config,
-    episodes: int,
-    seeds: Sequence[int],
-    on_step: Callable[[int], None] | None = None,
-) -> list[list[float]]:
-    """Returns of `episodes` evaluation episodes for each worker of the agent (a drawn elite,
-    no exploration noise), worker k's env seeded seeds[k]. The workers' episodes run in
-    lockstep (one plan for all). `on_step(j)` is called after every env step and episode end,
-    j episodes done (an evaluation of a big model on a CPU takes minutes: the progress display
-    follows it)."""
-    envs = [make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length) for seed in seeds]
-    returns: list[list[float]] = [[] for _ in envs]
-    try:
-        for i in range(episodes):
-            obs = np.stack([env.reset(seed=seed + i)[0] for env, seed in zip(envs, seeds)])
-            totals, done, t0 = np.zeros(len(envs)), np.zeros(len(envs), bool), True
-            while not done.all():
-                packed = torch.from_numpy(obs).float().view(len(envs), 1, -1)
-                action = agent.act(packed, t0=t0, eval_mode=True).cpu().numpy()
-                for k, env in enumerate(envs):
-                    if done[k]:
-                        continue
-                    obs[k], reward, terminated, truncated, _ = env.step(action[k, 0])
-                    totals[k] += reward
-                    done[k] = terminated or truncated
-                t0 = False
-                if on_step is not None and not done.all():
-                    on_step(i)
-            for k in range(len(envs)):
-                returns[k].append(float(totals[k]))
-            if on_step is not None:
-                on_step(i + 1)
-    finally:
-        for env in envs:
-            env.close()
-    return returns
-
-
-@dataclass
-class Member:
-    """What one worker of a trainer owns: its seed, envs' episodes, buffer, random actions,
-    returns and run directory."""
-
-    seed: int
-    buffer: EpisodeBuffer
-    run_dir: RunDir | None
-    rng: np.random.Generator
-    episodes: list[_Episode] = field(default_factory=list)
-    episode_returns: list[float] = field(default_factory=list)
-    eval_returns: list[tuple[int, float]] = field(default_factory=list)
-
-    def log(self, record: Record) -> None:
-        if self.run_dir is not None:
-            self.run_dir.log(record)
 
 
 class Trainer:
@@ -381,7 +258,7 @@ class Trainer:
         seed_steps = cfg.resolved_seed_steps
         obs, _ = env.reset(seed=self.env_seeds)
         for k, m in enumerate(self.members):
-            m.episodes = [_Episode(obs=[o]) for o in obs[k * n : (k + 1) * n]]
+            m.episodes = [EpisodeSoFar(obs=[o]) for o in obs[k * n : (k + 1) * n]]
         t0 = torch.ones(len(self.env_seeds), dtype=torch.bool)
         next_eval = (self.step // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else None
         if self.pretrain_updates and not self.pretrained:  # resumed from a stop mid-pretraining
@@ -409,7 +286,7 @@ class Trainer:
                     if done[j]:
                         ep.obs.append(info["final_obs"][j])
                         self._finish_episode(m, ep, bool(terminated[j]), i)
-                        m.episodes[i] = _Episode(obs=[obs[j]])
+                        m.episodes[i] = EpisodeSoFar(obs=[obs[j]])
                     else:
                         ep.obs.append(obs[j])
             t0 = torch.from_numpy(done)
@@ -433,7 +310,9 @@ class Trainer:
         self._update(seed_steps - self.pretrain_updates)
         self.pretrained = True
 
-    def _finish_episode(self, m: Member, ep: _Episode, terminated: bool, env_index: int) -> None:
+    def _finish_episode(
+        self, m: Member, ep: EpisodeSoFar, terminated: bool, env_index: int
+    ) -> None:
         m.buffer.add_episode(
             torch.from_numpy(np.stack(ep.obs)),
             torch.from_numpy(np.stack(ep.actions)),

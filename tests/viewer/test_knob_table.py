@@ -1,8 +1,8 @@
 """One knob table (agent/knobs.py): a knob added there reaches the command line, validation,
-the knob record, the agent and the window model, with no other change."""
+the knob record, the agent and the window, with no other change. (Here, in the top room's tests,
+because it crosses every room.)"""
 
 import json
-import pickle
 
 import pytest
 from conftest import tiny_config
@@ -10,11 +10,11 @@ from conftest import tiny_config
 import agent.knobs
 from agent.config import knobs_of, with_knobs
 from agent.errors import ConfigError
-from agent.knobs import Knob, KnobValues, knobs
+from agent.knobs import KNOBS, Knob, knobs
 from viewer.model import RunModel, window_knobs
 from viewer.panels.knobs import knob_widgets
 from workers.cli.flags import build_parser
-from workers.rundir.knob_record import KnobStore, validate_knobs
+from workers.rundir.knob_record import KnobStore, run_knobs, validate_knobs
 
 
 @pytest.fixture
@@ -61,32 +61,21 @@ def test_a_knob_added_to_the_table_appears_everywhere(min_std_knob, tmp_path):
     )
 
 
-def test_the_table_is_what_the_layers_use():
-    table = knobs()
-    assert list(table)[0] == "merge_every" and table["merge_every"].layer == "workers"
-    assert set(knobs("agent")) == set(table) - {"merge_every"}
-    assert table["temperature"].kind is float and not table["temperature"].in_window
-    with pytest.raises(ConfigError, match=r"merge_every must be in \[1, 10000000\], got 0"):
-        validate_knobs(tiny_config(), {"merge_every": 0})
-    with pytest.raises(ConfigError, match="horizon must be a whole number"):
-        with_knobs(tiny_config(), horizon=2.5)
-
-
-def test_knob_values_are_frozen_checked_once_and_travel_between_processes():
+def test_every_layer_reads_its_knobs_from_the_table():
     cfg = tiny_config()
-    values = validate_knobs(cfg, {**knobs_of(cfg), "merge_every": 3000})
-    assert isinstance(values, KnobValues) and values["merge_every"] == 3000
-    assert values == {**knobs_of(cfg), "merge_every": 3000}  # reads as the dict it was made of
-    with pytest.raises(AttributeError, match="frozen"):
-        values.horizon = 9
-    with pytest.raises(TypeError):
-        values["horizon"] = 9  # no item assignment either
-    assert pickle.loads(pickle.dumps(values)) == values  # to a worker process and back
-    assert json.loads(json.dumps(dict(values))) == values
-    with pytest.raises(ConfigError, match=r"horizon must be in \[1, 16\]"):
-        KnobValues({"horizon": 17})
-    with pytest.raises(ConfigError, match="not a live knob: batch_size"):
-        KnobValues({"batch_size": 64})
-    # Checks across fields need the config: validate_knobs makes them.
-    with pytest.raises(ConfigError, match="num_elites"):
-        validate_knobs(cfg, {**knobs_of(cfg), "num_elites": cfg.num_samples + 1})
+    # The agent's values are the agent layer's knobs; the run adds the workers' layer.
+    assert set(knobs_of(cfg)) == set(knobs("agent"))
+    assert set(run_knobs(cfg, 7)) == set(knobs()) and run_knobs(cfg, 7)["merge_every"] == 7
+    # The window has a widget for each knob the table puts in it, in the table's order.
+    assert [w.name for w in knob_widgets()] == [k.name for k in KNOBS if k.in_window]
+    assert [w.label for w in knob_widgets()] == [k.title for k in KNOBS if k.in_window]
+    # Every knob is refused one past its top with the table's range in the message.
+    for knob in KNOBS:
+        too_high = knob.high + 1
+        with pytest.raises(ConfigError, match=rf"{knob.name} must be in \[") as refused:
+            validate_knobs(cfg, {**run_knobs(cfg, 100), knob.name: too_high})
+        assert knob.bounds in str(refused.value) and refused.value.field == knob.name
+    # The command line says which flags are live, with the table's range.
+    help_text = " ".join(build_parser().format_help().split())
+    for knob in KNOBS:
+        assert f"live knob in {knob.bounds}" in help_text, knob.name

@@ -1,0 +1,95 @@
+"""The house plan (ARCHITECTURE.md) held by the code itself: rooms import only downward, workers/
+sub-packages only the ones ARCHITECTURE.md lets them, no folder outgrows a screen of names, a
+long module says why, and the run's merge-frequency default is written once."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOMS = ("agent", "workers", "viewer", "bench")  # each imports only those before it
+# workers/ sub-packages and the ones each may import (ARCHITECTURE.md, "The import rule").
+WORKERS = {
+    "host": set(),
+    "rundir": set(),
+    "merging": {"rundir"},
+    "training": {"host", "rundir", "merging"},
+    "showcase": {"host", "rundir"},
+    "run": {"host", "rundir", "merging", "training", "showcase"},
+    "cli": {"host", "rundir", "merging", "training", "showcase", "run"},
+}
+MAX_MODULES, MAX_LINES = 16, 300
+
+
+def modules() -> list[Path]:
+    return sorted(p for room in ROOMS for p in (ROOT / room).rglob("*.py"))
+
+
+def imported(path: Path) -> set[str]:
+    """Every module name `path` imports, at any depth (imports inside functions too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_rooms_import_only_downward():
+    wrong = []
+    for path in modules():
+        room = path.relative_to(ROOT).parts[0]
+        above = ROOMS[ROOMS.index(room) + 1 :]
+        wrong += [(str(path), n) for n in imported(path) if n.split(".")[0] in above]
+    assert wrong == []
+
+
+def test_workers_sub_packages_import_only_those_the_rule_allows():
+    assert {
+        p.name for p in (ROOT / "workers").iterdir() if p.is_dir() and p.name != "__pycache__"
+    } == set(WORKERS)
+    assert [p.name for p in (ROOT / "workers").glob("*.py")] == ["__init__.py"]
+    wrong = []
+    for path in (ROOT / "workers").rglob("*.py"):
+        own = path.relative_to(ROOT / "workers").parts[0]
+        for name in imported(path):
+            parts = name.split(".")
+            if parts[0] == "workers" and len(parts) > 1 and parts[1] in WORKERS:
+                if parts[1] != own and parts[1] not in WORKERS[own]:
+                    wrong.append((str(path.relative_to(ROOT)), name))
+    assert wrong == []
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_no_folder_holds_more_than_a_screen_of_modules(room):
+    folders = [ROOT / room, *[p for p in (ROOT / room).rglob("*") if p.is_dir()]]
+    for folder in folders:
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        assert count <= MAX_MODULES, f"{folder}: {count} modules"
+
+
+def test_a_module_over_300_lines_says_why():
+    silent = [
+        str(p.relative_to(ROOT))
+        for p in modules()
+        if len(p.read_text().splitlines()) > MAX_LINES
+        and "Over 300 lines because" not in p.read_text()
+    ]
+    assert silent == []
+
+
+def test_the_merge_frequency_default_is_written_once():
+    from workers.rundir.settings import RunSettings
+
+    default = str(RunSettings.merge_every)
+    places = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in [*modules(), ROOT / "launch.py"]
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(rf"(?<![\w.]){default}(?![\w.])", line.split("#")[0])
+    ]
+    assert len(places) == 1 and places[0].startswith("workers/rundir/settings.py:"), places

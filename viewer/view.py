@@ -1,0 +1,44 @@
+"""What the window draws from: the controller thread's latest-wins snapshot of the run (View)
+and the chart options the user chose (ChartOptions). Plain data, no GUI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from viewer.model import KnobRow
+from workers.run.wording import OWNED, Wording
+
+
+@dataclass(frozen=True)
+class ChartOptions:
+    wall_axis: bool = False
+    smoothing: float = 0.0
+    loss: str = "total_loss"
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the window draws from, built off the GUI thread."""
+
+    version: int
+    phase: str  # idle, starting, running, stopping, stopped
+    task: str = ""
+    run_path: str = ""
+    wording: Wording = OWNED  # how to word what was done with the run shown
+    paused: bool = False
+    workers: list[dict] = field(default_factory=list)
+    knobs: list[KnobRow] = field(default_factory=list)
+    knob_version: int = -1
+    startup: tuple[float, str] | None = None
+    returns: dict = field(default_factory=dict)
+    speed: dict = field(default_factory=dict)
+    losses: dict = field(default_factory=dict)
+    distances: dict = field(default_factory=dict)
+    merge_marks: list[float] = field(default_factory=list)
+    knob_marks: list[float] = field(default_factory=list)
+    published: tuple[list[float], list[float]] | None = None
+    errors: list[str] = field(default_factory=list)
+    error_count: int = 0
+    cameras: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    machine: str = ""

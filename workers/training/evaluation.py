@@ -1,0 +1,53 @@
+"""Evaluation episodes: each worker of an agent (or pack) with a drawn elite and no exploration
+noise, on envs of its own seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from agent.agent import TDMPC2
+from agent.config import Config
+from agent.envs import make_env
+
+
+def evaluate(
+    agent: TDMPC2,
+    cfg: Config,
+    episodes: int,
+    seeds: Sequence[int],
+    on_step: Callable[[int], None] | None = None,
+) -> list[list[float]]:
+    """Returns of `episodes` evaluation episodes for each worker of the agent (a drawn elite,
+    no exploration noise), worker k's env seeded seeds[k]. The workers' episodes run in
+    lockstep (one plan for all). `on_step(j)` is called after every env step and episode end,
+    j episodes done (an evaluation of a big model on a CPU takes minutes: the progress display
+    follows it)."""
+    envs = [make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length) for seed in seeds]
+    returns: list[list[float]] = [[] for _ in envs]
+    try:
+        for i in range(episodes):
+            obs = np.stack([env.reset(seed=seed + i)[0] for env, seed in zip(envs, seeds)])
+            totals, done, t0 = np.zeros(len(envs)), np.zeros(len(envs), bool), True
+            while not done.all():
+                packed = torch.from_numpy(obs).float().view(len(envs), 1, -1)
+                action = agent.act(packed, t0=t0, eval_mode=True).cpu().numpy()
+                for k, env in enumerate(envs):
+                    if done[k]:
+                        continue
+                    obs[k], reward, terminated, truncated, _ = env.step(action[k, 0])
+                    totals[k] += reward
+                    done[k] = terminated or truncated
+                t0 = False
+                if on_step is not None and not done.all():
+                    on_step(i)
+            for k in range(len(envs)):
+                returns[k].append(float(totals[k]))
+            if on_step is not None:
+                on_step(i + 1)
+    finally:
+        for env in envs:
+            env.close()
+    return returns
