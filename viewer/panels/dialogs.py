@@ -8,10 +8,12 @@ from collections.abc import Callable
 
 import dearpygui.dearpygui as dpg
 
+from agent.knobs import knobs
 from viewer.controller import Controller
 from viewer.panels import TextStyles
 from viewer.view import View
-from workers.cli.presets import cuda_available, model_sizes, tasks
+from workers.cli.presets import cuda_available, demo_preset, model_sizes, tasks
+from workers.rundir.settings import RunSettings
 
 HELP = """Keyboard (as in the MuJoCo viewer, where they fit)
   Space       pause / resume rendering (training goes on)
@@ -84,20 +86,26 @@ class DialogsPanel:
         with dpg.window(
             label="New run", tag="new_run", show=False, modal=True, width=460, pos=(420, 180)
         ):
-            dpg.add_combo(tasks(), label="task", tag="new_task", default_value="cartpole-balance")
+            # Filled in as the CPU demo, within the merge knob's range (agent/knobs.py).
+            demo, merge = demo_preset("cpu"), knobs()["merge_every"]
+            dpg.add_combo(tasks(), label="task", tag="new_task", default_value=demo.task)
             dpg.add_combo([str(s) for s in model_sizes()], label="model size (M)", tag="new_size")
             dpg.add_input_int(
-                label="workers", tag="new_workers", default_value=2, min_value=1, max_value=16
+                label="workers",
+                tag="new_workers",
+                default_value=demo.workers,
+                min_value=1,
+                max_value=16,
             )
             dpg.add_input_int(
                 label="merge every",
                 tag="new_merge",
-                default_value=500,
-                min_value=1,
-                max_value=10_000_000,
+                default_value=demo.merge_every or RunSettings.merge_every,
+                min_value=int(merge.low),
+                max_value=int(merge.high),
                 min_clamped=True,
                 max_clamped=True,
-                step=500,
+                step=merge.step,
             )
             dpg.add_checkbox(label="add a control worker (never merges)", tag="new_control")
             dpg.add_checkbox(

@@ -23,7 +23,7 @@ DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still wher
 DISK_RETRY_S = 2.0  # seconds between tries of a write that failed for want of space
 
 
-class RunDirGone(Exception):
+class RunDirVanished(Exception):
     """The run directory was deleted or moved while the worker ran."""
 
 
@@ -101,11 +101,11 @@ class DiskGuard:
         self.log(DiskResumed(step=step, path=str(path), error=str(err), paused_s=paused_s))
 
     def check_run_dir(self) -> None:
-        """Stop (RunDirGone) once the run directory was deleted or moved: writing on would
+        """Stop (RunDirVanished) once the run directory was deleted or moved: writing on would
         recreate a partial run where it was."""
         now = time.monotonic()
         if now < self._next_dir_check:
             return
         self._next_dir_check = now + DIR_CHECK_S
         if dir_identity(self.run_path) != self.run_dir_id:
-            raise RunDirGone(self.run_path)
+            raise RunDirVanished(self.run_path)
