@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import math
 from dataclasses import dataclass, fields, replace
 from functools import cache
@@ -17,7 +18,9 @@ from agent.knobs import knobs
 class Config:
     # environment
     task: str = "walker-walk"
-    """DMControl task as domain-task, e.g. walker-walk, cartpole-balance, humanoid-walk."""
+    """DMControl task as domain-task (walker-walk), or a gymnasium id (Hopper-v5, pkg:Env-v0)."""
+    env_kwargs: str = ""
+    """A gymnasium env's constructor arguments as a JSON object, e.g. {"frame_skip": 2}."""
     seed: int = 1
     """Seed for networks, sampling and the environments."""
     episode_length: int = 500
@@ -141,6 +144,11 @@ class Config:
         return min(max((frac - 1) / frac, 0.95), 0.995)
 
     @property
+    def env_options(self) -> dict:
+        """env_kwargs as a dict (validated: a JSON object)."""
+        return _json_object(self.env_kwargs) if self.env_kwargs else {}
+
+    @property
     def resolved_seed_steps(self) -> int:
         return self.seed_steps or max(1000, 5 * self.episode_length)
 
@@ -195,6 +203,13 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
 }
 
 
+def _json_object(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def _check_range(name: str, value: float, low: float, high: float) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, got {value}", name)
@@ -238,6 +253,12 @@ def validate(cfg: Config) -> None:
         )
     if cfg.vmin >= cfg.vmax:
         raise ConfigError(f"vmin ({cfg.vmin}) must be below vmax ({cfg.vmax})", "vmin")
+    if cfg.env_kwargs and not isinstance(_json_object(cfg.env_kwargs), dict):
+        raise ConfigError(
+            f"env_kwargs must be a JSON object such as '{{\"frame_skip\": 2}}', got "
+            f"{cfg.env_kwargs!r}",
+            "env_kwargs",
+        )
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
         raise ConfigError(f"device must be cpu, cuda or auto, got {cfg.device!r}", "device")
 

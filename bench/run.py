@@ -15,7 +15,7 @@ import torch
 
 from agent.agent import TDMPC2
 from agent.config import Config
-from agent.envs import make_env
+from agent.envs import env_of
 from agent.errors import UserError
 from workers.merging.files import FileMergeBackend, average_states, distance
 from workers.run.owner import Run, RunSettings
@@ -26,7 +26,7 @@ from workers.training.trainer import Trainer
 
 def agent_for(cfg: Config) -> TDMPC2:
     """A fresh agent of `cfg` for its task's observation and action sizes."""
-    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
+    env = env_of(cfg, cfg.seed)
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     env.close()
     return TDMPC2(cfg, obs_dim, action_dim)

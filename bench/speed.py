@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from agent.agent import TDMPC2
 from agent.buffer import EpisodeBuffer
 from agent.config import Config, knobs_of
-from agent.envs import make_env
+from agent.envs import env_of
 from bench.graph_skips import cudagraph_skips
 
 # The authors' implementation on a quiet 2-core CPU machine (platform notes), float32, batch 256,
@@ -83,7 +83,7 @@ def filled_buffer(
 
 
 def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
-    env = make_env(cfg.task, cfg.seed, cfg.action_repeat, cfg.episode_length)
+    env = env_of(cfg, cfg.seed)
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     obs, _ = env.reset(seed=cfg.seed)
     actions = np.random.default_rng(0).uniform(-1, 1, (1000, action_dim)).astype(np.float32)

@@ -1,16 +1,32 @@
-"""Environments as a gymnasium API: DeepMind Control Suite tasks (dmcontrol.py), made by task
-name, alone or as a vector of copies (make.py)."""
+"""Environments as a gymnasium API: DeepMind Control Suite tasks (dmcontrol.py), any gymnasium
+env (gym.py), made by task name, alone or as a vector of copies (make.py)."""
 
 from agent.envs.dmcontrol import DMControlEnv, choose_gl_backend, resolve_task, task_names
-from agent.envs.make import action_dim, make_env, make_vector_env, start_step
+from agent.envs.gym import GymEnv, time_limit
+from agent.envs.make import (
+    Env,
+    action_dim,
+    env_of,
+    make_env,
+    make_vector_env,
+    start_step,
+    task_defaults,
+    task_kind,
+)
 
 __all__ = [
     "DMControlEnv",
+    "Env",
+    "GymEnv",
     "action_dim",
     "choose_gl_backend",
+    "env_of",
     "make_env",
     "make_vector_env",
     "resolve_task",
     "start_step",
+    "task_defaults",
+    "task_kind",
     "task_names",
+    "time_limit",
 ]

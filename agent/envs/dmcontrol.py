@@ -31,12 +31,13 @@ choose_gl_backend()
 from dm_control import suite  # noqa: E402  (MUJOCO_GL must be set before this import)
 
 
-def _canonical(name: str) -> str:
+def canonical(name: str) -> str:
+    """A DMControl name as the table keys it: lower case, dashes."""
     return name.strip().lower().replace("_", "-")
 
 
 TASKS: dict[str, tuple[str, str]] = {
-    _canonical(f"{domain}-{task}"): (domain, task) for domain, task in suite.ALL_TASKS
+    canonical(f"{domain}-{task}"): (domain, task) for domain, task in suite.ALL_TASKS
 }
 TASKS["cup-catch"] = ("ball_in_cup", "catch")  # the name used by the TD-MPC2 authors
 
@@ -48,7 +49,7 @@ def task_names() -> list[str]:
 def resolve_task(name: str) -> tuple[str, str]:
     """(domain, task) for a name like walker-walk; an unknown name lists the valid ones."""
     try:
-        return TASKS[_canonical(name)]
+        return TASKS[canonical(name)]
     except KeyError:
         raise ConfigError(
             f"unknown task {name!r}; valid tasks: {', '.join(task_names())}"
@@ -116,6 +117,23 @@ class DMControlEnv(gymnasium.Env):
     @property
     def physics(self):
         return self._env.physics
+
+    # the viewport's face, as GymEnv's
+    renders = True
+
+    @property
+    def mujoco_model(self):
+        return self._env.physics.model
+
+    def camera_names(self) -> list[str]:
+        """The task's cameras in id order ("camera K" for an unnamed one)."""
+        model = self._env.physics.model
+        return [model.id2name(i, "camera") or f"camera {i}" for i in range(model.ncam)]
+
+    @property
+    def control_timestep(self) -> float:
+        """Seconds of simulated time per agent step (real speed for the viewport)."""
+        return self._env.physics.timestep() * self.action_repeat
 
     def close(self) -> None:
         # Closing the physics first avoids OSMesa's noisy error at interpreter exit.

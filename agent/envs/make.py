@@ -1,4 +1,5 @@
-"""Environments by task name, one or a vector of copies stepped together, each with its seed."""
+"""Environments by task name (a DMControl task, or any gymnasium id), one or a vector of copies
+stepped together, each with its seed."""
 
 from __future__ import annotations
 
@@ -8,25 +9,77 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
-from agent.envs.dmcontrol import DMControlEnv, resolve_task
+from agent.config import Config
+from agent.envs.dmcontrol import TASKS, DMControlEnv, canonical, task_names
+from agent.envs.gym import GymEnv, gym_spec, is_gym_id, time_limit
+from agent.errors import ConfigError
+
+Env = DMControlEnv | GymEnv
 
 
-def action_dim(task: str) -> int:
+def task_kind(task: str) -> str:
+    """ "dmcontrol" or "gymnasium"; an unknown name is a ConfigError listing what there is."""
+    if canonical(task) in TASKS:
+        return "dmcontrol"
+    if is_gym_id(task):
+        gym_spec(task)  # `module:EnvId`: the module imports and registers it
+        return "gymnasium"
+    raise ConfigError(
+        f"unknown task {task!r}: neither a DMControl task ({', '.join(task_names())}) nor a "
+        "gymnasium id (e.g. Hopper-v5, or my_pkg.envs:MyArm-v0 to import the package first)",
+        "task",
+    )
+
+
+def task_defaults(task: str, action_repeat: int | None = None) -> dict:
+    """Config values a task brings unless they are given. A gymnasium env: action repeat 1
+    (MuJoCo's envs skip frames already), episodes as long as its own time limit allows at the
+    chosen repeat, and episodic mode (it can terminate). A DMControl task: none (Config's
+    defaults are its own)."""
+    if task_kind(task) != "gymnasium":
+        return {}
+    repeat = action_repeat or 1
+    limit = time_limit(task) or 1000
+    return {"action_repeat": 1, "episode_length": -(-limit // repeat), "episodic": True}
+
+
+def action_dim(task: str, env_kwargs: dict | None = None) -> int:
     """The task's action dimension (what the auto planner settings depend on)."""
-    env = make_env(task)
+    env = make_env(task, env_kwargs=env_kwargs)
     try:
         return int(env.action_space.shape[0])
     finally:
         env.close()
 
 
-def make_env(task: str, seed: int = 0, action_repeat: int = 2, episode_length: int = 500):
-    return DMControlEnv(task, seed, action_repeat, episode_length)
+def make_env(
+    task: str,
+    seed: int = 0,
+    action_repeat: int = 2,
+    episode_length: int = 500,
+    env_kwargs: dict | None = None,
+    render_size: tuple[int, int] = (240, 320),
+) -> Env:
+    """One env of `task`; `env_kwargs` go to a gymnasium env's constructor."""
+    if task_kind(task) == "dmcontrol":
+        if env_kwargs:
+            raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
+        return DMControlEnv(task, seed, action_repeat, episode_length, render_size)
+    return GymEnv(task, seed, action_repeat, episode_length, render_size, env_kwargs=env_kwargs)
 
 
-def _env_factory(task: str, seed: int, action_repeat: int, episode_length: int) -> Callable:
-    def make() -> DMControlEnv:
-        return DMControlEnv(task, seed, action_repeat, episode_length)
+def env_of(cfg: Config, seed: int, render_size: tuple[int, int] = (240, 320)) -> Env:
+    """One env as `cfg` has it: its task, repeat, episode length and env_kwargs."""
+    return make_env(
+        cfg.task, seed, cfg.action_repeat, cfg.episode_length, cfg.env_options, render_size
+    )
+
+
+def _env_factory(
+    task: str, seed: int, action_repeat: int, episode_length: int, env_kwargs: dict | None
+) -> Callable:
+    def make() -> Env:
+        return make_env(task, seed, action_repeat, episode_length, env_kwargs)
 
     return make
 
@@ -39,6 +92,7 @@ def make_vector_env(
     episode_length: int = 500,
     asynchronous: bool | None = None,
     seeds: Sequence[int] | None = None,
+    env_kwargs: dict | None = None,
 ) -> VectorEnv:
     """num_envs copies of a task (seeds seed, seed+1, ..., or the given `seeds`) stepped
     together.
@@ -47,9 +101,9 @@ def make_vector_env(
     Subprocesses (asynchronous) are used by default only when there are spare cores for them:
     on a 2-core machine the inter-process hops cost more than the physics they parallelise.
     """
-    resolve_task(task)
+    task_kind(task)
     seeds = list(seeds) if seeds is not None else [seed + i for i in range(num_envs)]
-    factories = [_env_factory(task, s, action_repeat, episode_length) for s in seeds]
+    factories = [_env_factory(task, s, action_repeat, episode_length, env_kwargs) for s in seeds]
     num_envs = len(seeds)
     if asynchronous is None:
         asynchronous = num_envs > 1 and (os.cpu_count() or 1) > num_envs

@@ -112,6 +112,8 @@ class ShowcasePanel:
         line1 = f"{view.task}  ·  {whose} ({weights})"
         episode, t, ret = info.get("episode", 0) + 1, info.get("step", 0), info.get("return", 0.0)
         line2 = f"episode {episode}  ·  t {t}  ·  return {ret:.1f}"
+        if not info.get("renders", 1):
+            line1 = f"{view.task}: this environment does not render (training goes on)"
         pace = info.get("pace", 1.0)
         if pace < 0.95:  # the player is held to a CPU budget: say that this is slow motion
             line2 += f"  ·  slow motion {pace:.2f}x"

@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from agent.config import Config, make_config
-from agent.envs import resolve_task
+from agent.envs import task_defaults, task_kind
 from agent.errors import UserError
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
 from workers.cli.presets import Preset, preset_config
@@ -26,13 +26,17 @@ def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> 
     overrides.update(seed=args.seed, device=args.device)
     if getattr(args, "steps", None) is not None:
         overrides["steps"] = args.steps
+    # What the task brings (a gymnasium env's repeat, episode length, episodic mode) where the
+    # flags say nothing.
+    task = args.task or (preset.task if preset is not None else DEFAULT_TASK)
+    overrides = {**task_defaults(task, overrides.get("action_repeat")), **overrides}
     if preset is not None:
         cfg = preset_config(preset, **overrides)
     else:
         cfg = make_config(
             args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
         )
-        resolve_task(cfg.task)  # an unknown name fails now (preset_config checks its own)
+        task_kind(cfg.task)  # an unknown name fails now (preset_config checks its own)
     return cfg
 
 

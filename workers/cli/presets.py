@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from agent.config import MODEL_SIZES, Config, make_config
-from agent.envs import resolve_task, task_names
+from agent.envs import task_kind, task_names
 from agent.errors import ConfigError, UserError
 
 __all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
@@ -51,7 +51,7 @@ def preset_config(preset: Preset, **overrides: object) -> Config:
         preset.model_size,
         **{"task": preset.task, "steps": 10_000_000, **preset.overrides, **overrides},
     )
-    resolve_task(cfg.task)  # an unknown name fails now, with the list of names
+    task_kind(cfg.task)  # an unknown name fails now, with the list of names
     return cfg
 
 

@@ -11,7 +11,7 @@ import torch
 
 from agent.agent import TDMPC2
 from agent.config import Config
-from agent.envs import make_env
+from agent.envs import env_of
 from agent.errors import WeightsError
 from workers.rundir.directory import load_state, save_state
 from workers.rundir.paths import start_path
@@ -25,7 +25,7 @@ def read_start_weights(path: str | Path, cfg: Config) -> State:
     state = load_state(path)
     if isinstance(state.get("agent"), dict):  # a checkpoint: the trainer's state
         state = state["agent"]
-    env = make_env(cfg.task)
+    env = env_of(cfg, 0)
     dims = (env.observation_space.shape[0], env.action_space.shape[0])
     env.close()
     if "obs_dim" in state and (state["obs_dim"], state.get("action_dim")) != dims:

@@ -82,6 +82,7 @@ class Episode(Record):
     ret: float
     length: int
     env: int = 0  # which of the worker's environments
+    terminated: bool = False  # it ended in a terminal state (else at its time limit)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -90,7 +90,7 @@ class Showcase:
     def camera_names(self) -> list[str]:
         """The task's cameras in id order; -1, MuJoCo's free camera, is not listed."""
         if self._camera_names is None:
-            self._camera_names = task_cameras(self.cfg.task)
+            self._camera_names = task_cameras(self.cfg)
         return list(self._camera_names)
 
     def choose(self, workers: int, camera: int | None = None, source: int | None = None) -> None:

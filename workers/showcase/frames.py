@@ -14,7 +14,17 @@ import numpy as np
 # rest reserved so fields can be added without changing the layout of those before them; the
 # last slot is the reader's: the sequence of the frame it took last.
 HEADER = 16
-INFO = ("episode", "step", "weights_round", "return", "camera", "source", "weights_step", "pace")
+INFO = (
+    "episode",
+    "step",
+    "weights_round",
+    "return",
+    "camera",
+    "source",
+    "weights_step",
+    "pace",
+    "renders",  # 0: the env draws no frames (a blank one stands in; the overlay says so)
+)
 _INFO_AT = 3  # first info slot
 _TAKEN = HEADER - 1
 
@@ -43,6 +53,7 @@ class FrameBuffer:
         source: int = -1,
         weights_step: int = -1,
         pace: float = 1.0,
+        renders: bool = True,
     ) -> None:
         self.header[0] += 1  # odd: writing
         self.pixels[:] = frame
@@ -55,6 +66,7 @@ class FrameBuffer:
             source,
             weights_step,
             int(pace * 1000),
+            int(renders),
         )
         self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
         self.header[0] += 1  # even: complete

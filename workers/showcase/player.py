@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from agent.agent import TDMPC2
 from agent.config import Config
-from agent.envs import DMControlEnv
+from agent.envs import Env, env_of
 from workers.host.signals import child_signals
 from workers.host.threads import SHOWCASE_THREADS, apply_threads
 from workers.rundir.directory import RunDir
@@ -85,20 +86,22 @@ class ShowcaseControls:
     training_paused: Any = None  # set: the workers are paused, the CPU budget is lifted
 
 
-def task_cameras(task: str) -> list[str]:
-    """A task's camera names in id order ("camera K" for an unnamed one)."""
-    env = DMControlEnv(task)  # loads the MuJoCo model only; no renderer until render()
+def task_cameras(cfg: Config) -> list[str]:
+    """The task's camera names in id order ("camera K" for an unnamed one; none for an env
+    without a MuJoCo model)."""
+    env = env_of(cfg, 0)  # loads the model only; no renderer until render()
     try:
-        model = env.physics.model
-        return [model.id2name(i, "camera") or f"camera {i}" for i in range(model.ncam)]
+        return env.camera_names()
     finally:
         env.close()
 
 
-def light_rendering(env: DMControlEnv) -> None:
+def light_rendering(env: Env) -> None:
     """Render a 400x300 view for a fraction of the default cost: no multisampling and a
     smaller shadow map (on software GL 11 ms a frame instead of 28, the look nearly the same)."""
-    quality = env.physics.model.vis.quality
+    if env.mujoco_model is None:
+        return
+    quality = env.mujoco_model.vis.quality
     quality.offsamples = 0
     quality.shadowsize = min(quality.shadowsize, 512)
 
@@ -140,19 +143,14 @@ def player_main(
     if controls is None:
         controls = ShowcaseControls(mp.Value("i", spec.camera_id), mp.Value("i", -1), mp.Event())
     cfg = Config(**spec.cfg)
-    env = DMControlEnv(
-        cfg.task,
-        cfg.seed + 99_999,
-        cfg.action_repeat,
-        cfg.episode_length,
-        render_size=(spec.height, spec.width),
-    )
+    env = env_of(cfg, cfg.seed + 99_999, render_size=(spec.height, spec.width))
     light_rendering(env)
     agent = TDMPC2(cfg, env.observation_space.shape[0], env.action_space.shape[0])
     frames = FrameBuffer(spec.height, spec.width, spec.frame_name, create=False)
     log = RunDir(spec.run_path, metrics=PLAYER_LOG)
     shown = ShownWeights(agent, Path(spec.run_path), log)
-    step_seconds = env.physics.timestep() * cfg.action_repeat
+    step_seconds = env.control_timestep
+    blank = np.zeros((spec.height, spec.width, 3), np.uint8)  # for an env that cannot render
     pace = Pace(step_seconds)
     episode, last_render = 0, 0.0
     try:
@@ -182,8 +180,9 @@ def player_main(
                 if due and frames.wanted() and not render_paused.is_set():
                     last_render = now
                     camera = controls.camera.value
+                    frame = env.render(camera_id=camera) if env.renders else None
                     frames.write(
-                        env.render(camera_id=camera),
+                        blank if frame is None else frame,
                         episode,
                         t,
                         shown.round,
@@ -192,6 +191,7 @@ def player_main(
                         source=shown.source,
                         weights_step=shown.step,
                         pace=speed,
+                        renders=frame is not None,
                     )
                 paused = controls.training_paused
                 if paused is not None and paused.is_set():

@@ -10,7 +10,7 @@ import torch
 
 from agent.agent import TDMPC2
 from agent.config import Config
-from agent.envs import make_env
+from agent.envs import env_of
 
 
 def evaluate(
@@ -25,7 +25,7 @@ def evaluate(
     lockstep (one plan for all). `on_step(j)` is called after every env step and episode end,
     j episodes done (an evaluation of a big model on a CPU takes minutes: the progress display
     follows it)."""
-    envs = [make_env(cfg.task, seed, cfg.action_repeat, cfg.episode_length) for seed in seeds]
+    envs = [env_of(cfg, seed) for seed in seeds]
     returns: list[list[float]] = [[] for _ in envs]
     try:
         for i in range(episodes):

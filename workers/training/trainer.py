@@ -60,6 +60,7 @@ class Trainer:
             cfg.action_repeat,
             cfg.episode_length,
             seeds=self.env_seeds,
+            env_kwargs=cfg.env_options,
         )
         obs_dim = self.env.single_observation_space.shape[0]
         action_dim = self.env.single_action_space.shape[0]
@@ -321,5 +322,13 @@ class Trainer:
         )
         ret = float(sum(ep.rewards))
         m.episode_returns.append(ret)
-        m.log(Episode(step=self.step, ret=ret, length=len(ep.rewards), env=env_index))
+        m.log(
+            Episode(
+                step=self.step,
+                ret=ret,
+                length=len(ep.rewards),
+                env=env_index,
+                terminated=terminated,
+            )
+        )
         self.progress.set(episode_return=ret)

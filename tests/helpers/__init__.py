@@ -1,0 +1,1 @@
+"""Test helpers importable by name, also in the worker processes a run spawns."""
