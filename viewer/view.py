@@ -37,6 +37,7 @@ class View:
     merge_marks: list[float] = field(default_factory=list)
     knob_marks: list[float] = field(default_factory=list)
     published: tuple[list[float], list[float]] | None = None
+    published_note: str = ""  # said instead of a reference line the task does not have
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
     cameras: list[str] = field(default_factory=list)

@@ -6,6 +6,7 @@ from agent.envs.gym import GymEnv, time_limit
 from agent.envs.make import (
     Env,
     action_dim,
+    check_task,
     env_of,
     make_env,
     make_vector_env,
@@ -19,6 +20,7 @@ __all__ = [
     "Env",
     "GymEnv",
     "action_dim",
+    "check_task",
     "choose_gl_backend",
     "env_of",
     "make_env",

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from gymnasium.utils.env_checker import check_env
 
 from agent.errors import ConfigError
 
@@ -44,6 +45,24 @@ def gym_spec(task: str) -> gymnasium.envs.registration.EnvSpec:
 def time_limit(task: str) -> int | None:
     """The env's own episode limit in env steps (its TimeLimit), or None."""
     return gym_spec(task).max_episode_steps
+
+
+def check_contract(task: str, env_kwargs: dict | None = None) -> None:
+    """Make the env once and run gymnasium's own checker on it (reset, step, spaces, seeding;
+    not rendering): a failure is one ConfigError line, before a run writes anything."""
+    env = _make(task, (240, 320), dict(env_kwargs or {}))
+    try:
+        check_spaces(task, env.observation_space, env.action_space)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+    except ConfigError:
+        raise
+    except Exception as err:  # the checker asserts; a broken env raises anything
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"{task} fails gymnasium's env check: {first}", "task") from None
+    finally:
+        env.close()
 
 
 def _flat_size(space: spaces.Space, task: str, what: str) -> int:

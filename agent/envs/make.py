@@ -11,7 +11,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from agent.config import Config
 from agent.envs.dmcontrol import TASKS, DMControlEnv, canonical, task_names
-from agent.envs.gym import GymEnv, gym_spec, is_gym_id, time_limit
+from agent.envs.gym import GymEnv, check_contract, gym_spec, is_gym_id, time_limit
 from agent.errors import ConfigError
 
 Env = DMControlEnv | GymEnv
@@ -29,6 +29,15 @@ def task_kind(task: str) -> str:
         "gymnasium id (e.g. Hopper-v5, or my_pkg.envs:MyArm-v0 to import the package first)",
         "task",
     )
+
+
+def check_task(task: str, env_kwargs: dict | None = None) -> None:
+    """Everything a run checks about its task before it writes anything: the name, and for a
+    gymnasium env its contract and gymnasium's own env check."""
+    if task_kind(task) == "gymnasium":
+        check_contract(task, env_kwargs)
+    elif env_kwargs:
+        raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
 
 
 def task_defaults(task: str, action_repeat: int | None = None) -> dict:

@@ -5,7 +5,14 @@ the time limit."""
 import numpy as np
 import pytest
 
-from agent.envs import make_env, make_vector_env, task_defaults, task_kind, time_limit
+from agent.envs import (
+    check_task,
+    make_env,
+    make_vector_env,
+    task_defaults,
+    task_kind,
+    time_limit,
+)
 from agent.errors import ConfigError
 
 SLIDE = "helpers.slide_env:Slide-v0"
@@ -124,3 +131,12 @@ def test_a_mujoco_env_renders_at_the_asked_size_from_its_cameras():
     slide = make_env(SLIDE, action_repeat=1, episode_length=40)
     assert slide.render() is None and slide.mujoco_model is None  # it draws nothing
     slide.close()
+
+
+def test_an_env_that_fails_gymnasiums_own_check_is_refused_in_one_line():
+    check_task(SLIDE)  # passes gymnasium's checker
+    with pytest.raises(ConfigError, match="SlideBroken-v0 fails gymnasium's env check") as bad:
+        check_task("helpers.slide_env:SlideBroken-v0")
+    assert "\n" not in str(bad.value)
+    with pytest.raises(ConfigError, match="env_kwargs are for gymnasium envs"):
+        check_task("cartpole-balance", {"x": 1})

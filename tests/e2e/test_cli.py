@@ -40,6 +40,10 @@ def assert_clean_error(result, *words):
     "args, words",
     [
         (["--task", "walker-fly"], ["unknown task", "walker-walk"]),
+        (["--task", "CartPole-v1"], ["needs continuous Box actions", "Discrete(2)"]),
+        (["--task", "no_such_pkg:Arm-v0"], ["cannot import 'no_such_pkg'"]),
+        (["--task", "Hopper-v5", "--env-kwargs", "[1]"], ["env_kwargs must be a JSON object"]),
+        (["--task", "Hopper-v5", "--env-kwargs", '{"wings": 2}'], ["Hopper-v5", "wings"]),
         (["--model-size", "3"], ["model_size", "1, 5, 19, 48"]),
         (["--horizon", "0"], ["horizon", "[1, 16]"]),
         (["--num-samples", "99999"], ["num_samples"]),

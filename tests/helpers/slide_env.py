@@ -52,5 +52,14 @@ class Slide(gymnasium.Env):
         return self._obs(), reward, terminated, False, {}
 
 
+class BrokenSlide(Slide):
+    """Its reset returns an observation outside its own observation space."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return {**obs, "position": np.zeros(3, np.float32)}, info
+
+
 if ID not in gymnasium.registry:
     gymnasium.register(ID, entry_point=Slide, max_episode_steps=40)
+    gymnasium.register("SlideBroken-v0", entry_point=BrokenSlide, max_episode_steps=40)

@@ -56,6 +56,7 @@ class ChartsPanel:
                 callback=self._on_options,
             )
             dpg.add_checkbox(label="autoscale", tag="autoscale", default_value=True)
+            dpg.add_text("", tag="published_note")  # when the task has no published curve
         with dpg.tab_bar(tag="tabs"):
             with dpg.tab(label="Steps/s"):
                 self.plots["speed"] = LinePlot("speed", "agent steps / s", height=-1)
@@ -102,6 +103,7 @@ class ChartsPanel:
             dpg.configure_item("startup_bar", overlay=f"{fraction * 100:.0f}%")
         autoscale = dpg.get_value("autoscale")
         extra = {"published TD-MPC2 (5M, 3 seeds)": view.published} if view.published else {}
+        dpg.set_value("published_note", view.published_note)
         self.plots["returns"].update(
             view.returns, autoscale, extra=extra, merges=view.merge_marks, knobs=view.knob_marks
         )

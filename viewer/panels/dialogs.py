@@ -89,6 +89,9 @@ class DialogsPanel:
             # Filled in as the CPU demo, within the merge knob's range (agent/knobs.py).
             demo, merge = demo_preset("cpu"), knobs()["merge_every"]
             dpg.add_combo(tasks(), label="task", tag="new_task", default_value=demo.task)
+            dpg.add_input_text(
+                label="or gymnasium id", tag="new_gym_task", hint="Hopper-v5, my_pkg.envs:Arm-v0"
+            )
             dpg.add_combo([str(s) for s in model_sizes()], label="model size (M)", tag="new_size")
             dpg.add_input_int(
                 label="workers",
@@ -151,7 +154,7 @@ class DialogsPanel:
 
         try:
             make = new_run(
-                task=dpg.get_value("new_task"),
+                task=dpg.get_value("new_gym_task").strip() or dpg.get_value("new_task"),
                 model_size=int(dpg.get_value("new_size") or 1),
                 workers=int(dpg.get_value("new_workers")),
                 merge_every=int(dpg.get_value("new_merge")),

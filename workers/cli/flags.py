@@ -67,7 +67,10 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--task", default=None, help=f"DMControl task as domain-task (default: {DEFAULT_TASK})"
+        "--task",
+        default=None,
+        help="DMControl task as domain-task, or a gymnasium id (Hopper-v5; my_pkg.envs:Arm-v0 "
+        f"imports my_pkg.envs first) (default: {DEFAULT_TASK})",
     )
     parser.add_argument(
         "--model-size",

@@ -8,8 +8,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from agent.config import Config, make_config
-from agent.envs import task_defaults, task_kind
+from agent.config import Config
 from agent.errors import UserError
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
 from workers.cli.presets import Preset, preset_config
@@ -26,18 +25,14 @@ def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> 
     overrides.update(seed=args.seed, device=args.device)
     if getattr(args, "steps", None) is not None:
         overrides["steps"] = args.steps
-    # What the task brings (a gymnasium env's repeat, episode length, episodic mode) where the
-    # flags say nothing.
-    task = args.task or (preset.task if preset is not None else DEFAULT_TASK)
-    overrides = {**task_defaults(task, overrides.get("action_repeat")), **overrides}
-    if preset is not None:
-        cfg = preset_config(preset, **overrides)
-    else:
-        cfg = make_config(
-            args.model_size or DEFAULT_SIZE, task=args.task or DEFAULT_TASK, **overrides
-        )
-        task_kind(cfg.task)  # an unknown name fails now (preset_config checks its own)
-    return cfg
+    if args.task:
+        overrides["task"] = args.task
+    if preset is None:  # the defaults, as a preset: walker-walk 5M, TD-MPC2's settings
+        preset = Preset(DEFAULT_TASK, args.model_size or DEFAULT_SIZE, 1, {})
+        overrides.setdefault("steps", Config.steps)
+    # (preset_config adds what the task brings where the flags say nothing: a gymnasium env's
+    # action repeat, episode length and episodic mode; an unknown name fails there.)
+    return preset_config(preset, **overrides)
 
 
 def default_run_dir(task: str) -> Path:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from agent.config import MODEL_SIZES, Config, make_config
-from agent.envs import task_kind, task_names
+from agent.envs import task_defaults, task_names
 from agent.errors import ConfigError, UserError
 
 __all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
@@ -47,12 +47,12 @@ def demo_preset(device: str = "auto") -> Preset:
 def preset_config(preset: Preset, **overrides: object) -> Config:
     """The preset's config, with explicit overrides on top (validated by make_config).
     Runs from a preset train until stopped (10M agent steps) unless `steps` says otherwise."""
-    cfg = make_config(
+    task = str(overrides.get("task", preset.task))
+    brought = task_defaults(task, overrides.get("action_repeat"))  # an unknown name fails here
+    return make_config(
         preset.model_size,
-        **{"task": preset.task, "steps": 10_000_000, **preset.overrides, **overrides},
+        **{"task": task, "steps": 10_000_000, **brought, **preset.overrides, **overrides},
     )
-    task_kind(cfg.task)  # an unknown name fails now, with the list of names
-    return cfg
 
 
 def tasks() -> list[str]:

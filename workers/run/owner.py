@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from agent.config import Config
-from agent.envs import task_kind
+from agent.envs import check_task
 from agent.errors import UserError
 from workers.host.threads import choose_threads
 from workers.merging.files import merged_step, write_members
@@ -87,7 +87,7 @@ class Run(BaseRun):
     ) -> Run:
         """A new run in `path`; every worker starts from `start_weights` when given (a file of
         one worker's networks), else fresh."""
-        task_kind(cfg.task)
+        check_task(cfg.task, cfg.env_options)
         if settings.wandb:
             require_wandb()
         if cfg.iterations == 0:

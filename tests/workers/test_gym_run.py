@@ -1,0 +1,56 @@
+"""Gymnasium envs in a run of merged workers: a user's own env reached as `module:EnvId`, and
+one of gymnasium's MuJoCo tasks, end to end through merges, checkpoints and a resume."""
+
+from conftest import TINY_FLAGS, events
+from conftest import tiny_run as tiny
+
+from workers.cli.flags import build_parser
+from workers.cli.new_run import config_from_args
+from workers.run.owner import Run, RunSettings
+from workers.rundir.directory import load_state
+from workers.rundir.paths import checkpoint_path
+from workers.rundir.records import Episode, Merge, Resumed, Stop
+
+SLIDE = "helpers.slide_env:Slide-v0"
+
+
+def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_path):
+    cfg = tiny(300, task=SLIDE, action_repeat=1, episode_length=40, episodic=True, seed_steps=80)
+    run = Run.create(tmp_path / "run", cfg, RunSettings(workers=2, merge_every=100))
+    run.start()
+    run.wait()
+    assert [w["state"] for w in run.progress()] == ["done", "done"]
+    for worker in (0, 1):
+        episodes = events(run, Episode, worker)
+        ended = [e for e in episodes if e.terminated]
+        assert ended and all(e.length < 40 for e in ended)  # fell off: before the time limit
+        assert all(e.length == 40 for e in episodes if not e.terminated)
+        merges = events(run, Merge, worker)
+        assert len(merges) >= 2 and all(m.participants == (0, 1) for m in merges)
+        # The buffer knows which episodes ended in a terminal state: one row per such episode.
+        buffer = load_state(checkpoint_path(run.path, worker))["buffer"]
+        assert int(buffer["terminated"].sum()) == len(ended)
+
+
+def test_inverted_pendulum_runs_merges_checkpoints_and_resumes(tmp_path):
+    args = build_parser().parse_args(
+        [f for f in TINY_FLAGS if not f.startswith(("--task", "--episode-length"))]
+        + ["--task=InvertedPendulum-v5", "--steps=240", "--seed-steps=60"]
+    )
+    cfg = config_from_args(args)
+    # What the task brought: its own repeat, the episodes of its time limit, episodic mode.
+    assert (cfg.action_repeat, cfg.episode_length, cfg.episodic) == (1, 1000, True)
+    run = Run.create(tmp_path / "run", cfg, RunSettings(workers=2, merge_every=80))
+    run.start()
+    run.wait()
+    for worker in (0, 1):
+        episodes = events(run, Episode, worker)
+        assert episodes and all(e.terminated for e in episodes)  # an untrained pole falls
+        assert {m.participants for m in events(run, Merge, worker)} == {(0, 1)}
+        assert checkpoint_path(run.path, worker).exists()
+    resumed = Run.resume(run.path, steps=320)
+    resumed.start()
+    resumed.wait()
+    for worker in (0, 1):
+        assert events(resumed, Resumed, worker)[0].step == 240
+        assert events(resumed, Stop, worker)[-1].step == 320
