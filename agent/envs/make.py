@@ -41,15 +41,23 @@ def check_task(task: str, env_kwargs: dict | None = None) -> None:
 
 
 def task_defaults(task: str, action_repeat: int | None = None) -> dict:
-    """Config values a task brings unless they are given. A gymnasium env: action repeat 1
-    (MuJoCo's envs skip frames already), episodes as long as its own time limit allows at the
-    chosen repeat, and episodic mode (it can terminate). A DMControl task: none (Config's
-    defaults are its own)."""
+    """Config values a task brings unless they are given. A gymnasium env, as the authors set up
+    gymnasium's MuJoCo tasks: action repeat 1 (their envs skip frames already), episodes as
+    long as the env's own time limit allows at the chosen repeat, episodic mode (it can
+    terminate), the discount heuristic capped at 0.99 and rho 0.7. A DMControl task: none
+    (Config's defaults are its own)."""
     if task_kind(task) != "gymnasium":
         return {}
     repeat = action_repeat or 1
-    limit = time_limit(task) or 1000
-    return {"action_repeat": 1, "episode_length": -(-limit // repeat), "episodic": True}
+    length = -(-(time_limit(task) or 1000) // repeat)
+    heuristic = Config(episode_length=length).gamma
+    return {
+        "action_repeat": 1,
+        "episode_length": length,
+        "episodic": True,
+        "discount": min(heuristic, 0.99),
+        "rho": 0.7,
+    }
 
 
 def action_dim(task: str, env_kwargs: dict | None = None) -> int:

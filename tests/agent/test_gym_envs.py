@@ -105,7 +105,10 @@ def test_a_gymnasium_task_brings_its_own_defaults_and_dmcontrol_none():
         "action_repeat": 1,
         "episode_length": 1000,
         "episodic": True,
+        "discount": 0.99,  # the heuristic's 0.995, capped as the authors cap it for these
+        "rho": 0.7,
     }
+    assert task_defaults(SLIDE)["discount"] == pytest.approx(0.95)  # 40 steps: the floor
     assert task_defaults("Hopper-v5", action_repeat=3)["episode_length"] == 334
     with pytest.raises(ConfigError, match="env_kwargs are for gymnasium envs"):
         make_env("cartpole-balance", env_kwargs={"x": 1})
