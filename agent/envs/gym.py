@@ -171,8 +171,8 @@ class GymEnv(gymnasium.Env):
             return None
         renderer = getattr(self._env.unwrapped, "mujoco_renderer", None)
         camera = self.camera_id if camera_id is None else camera_id
-        if renderer is not None:
-            renderer.camera_id = camera
+        if renderer is not None:  # a camera the model lacks: the env's own view (-1)
+            renderer.camera_id = camera if 0 <= camera < self.mujoco_model.ncam else -1
         return self._env.render()
 
     @property
