@@ -152,3 +152,13 @@ def test_the_bounds_of_every_range_are_where_they_say():
 def test_the_default_model_is_the_5m_preset():
     assert make_config() == Config()
     assert (make_config().model_size, make_config().latent_dim) == (5, 512)
+
+
+def test_env_kwargs_are_a_json_object_given_to_a_gymnasium_env():
+    assert make_config(1).env_options == {}
+    cfg = make_config(1, task="Hopper-v5", env_kwargs='{"frame_skip": 2, "x": [1]}')
+    assert cfg.env_options == {"frame_skip": 2, "x": [1]}
+    for bad in ("[1, 2]", "{not json", '"text"', "3"):
+        with pytest.raises(ConfigError, match="env_kwargs must be a JSON object") as refused:
+            make_config(1, env_kwargs=bad)
+        assert refused.value.field == "env_kwargs"
