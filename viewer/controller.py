@@ -260,7 +260,7 @@ class Controller:
             merge_marks=merges,
             knob_marks=knob_marks,
             published=None if o.wall_axis else self._published,
-            published_note="" if self._published else "no published curve for this task",
+            published_note="" if self._published else "no published curve",
             errors=list(model.errors),
             error_count=model.error_count,
             cameras=self._cameras,
