@@ -1,6 +1,6 @@
 import pytest
 
-from agent.config import Config, field_docs, make_config, with_knobs
+from agent.config import Config, field_docs, knobs_of, make_config, with_knobs
 from agent.errors import ConfigError
 from agent.knobs import knobs
 
@@ -162,3 +162,30 @@ def test_env_kwargs_are_a_json_object_given_to_a_gymnasium_env():
         with pytest.raises(ConfigError, match="env_kwargs must be a JSON object") as refused:
             make_config(1, env_kwargs=bad)
         assert refused.value.field == "env_kwargs"
+
+
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (lambda: make_config(1, num_samples=64, num_pi_trajs=64), "num_pi_trajs"),
+        (lambda: make_config(1, num_samples=64, num_elites=65), "num_elites"),
+        (lambda: make_config(1, min_std=0.6, max_std=0.5), "min_std"),
+        (lambda: make_config(1, latent_dim=36, simnorm_dim=8), "latent_dim"),
+        (lambda: make_config(1, vmin=3.0, vmax=3.0), "vmin"),
+        (lambda: make_config(1, device="tpu"), "device"),
+        (lambda: make_config(7), "model_size"),
+        (lambda: Config(model_size=7), "model_size"),
+        (lambda: make_config(1, batch_size="x"), "batch_size"),
+        (lambda: make_config(1, bogus=1), "bogus"),
+        (lambda: make_config(1, bogus=1, other=2), None),  # two unknown names: no one field
+    ],
+)
+def test_every_error_carries_the_field_it_is_about(build, field):
+    with pytest.raises(ConfigError) as refused:
+        build()
+    assert refused.value.field == field
+
+
+def test_a_configs_knobs_are_the_agent_layers_of_the_table():
+    cfg = make_config(1, horizon=4)
+    assert set(knob_values := knobs_of(cfg)) == set(knobs("agent")) and knob_values["horizon"] == 4
