@@ -15,6 +15,7 @@ from workers.cli.new_run import (
     check_run_flags,
     config_from_args,
     default_run_dir,
+    lanes_from_args,
     settings_from_args,
 )
 from workers.cli.presets import (
@@ -47,7 +48,8 @@ def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
     path = args.run_dir or default_run_dir(cfg.task)
     if args.load:
         read_start_weights(args.load, cfg)  # a bad file is refused now, before the window opens
-    return lambda: Run.create(path, cfg, settings, start_weights=args.load)
+    lanes = lanes_from_args(args)
+    return lambda: Run.create(path, cfg, settings, start_weights=args.load, lanes=lanes)
 
 
 def new_run(

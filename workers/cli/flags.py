@@ -188,6 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--control-worker", action="store_true", help="one extra worker never merges"
     )
     multi.add_argument(
+        "--lane",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="race: one lane per --lane, with these live knobs (others: the run's), its own "
+        "workers (dealt evenly) and merge pool; e.g. --workers 4 --lane iterations=2 --lane "
+        "iterations=6",
+    )
+    multi.add_argument(
         "--checkpoint-every", type=int, default=10_000, metavar="STEPS", help="agent steps"
     )
     multi.add_argument(

@@ -30,7 +30,12 @@ def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
 
 
 def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
-    from workers.cli.new_run import config_from_args, default_run_dir, settings_from_args
+    from workers.cli.new_run import (
+        config_from_args,
+        default_run_dir,
+        lanes_from_args,
+        settings_from_args,
+    )
     from workers.run.owner import Run
     from workers.training.process import DOES_NOT_FIT
     from workers.training.progress import WorkersProgress
@@ -47,7 +52,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         workers = 1 if args.workers is None else args.workers  # 0 is refused, not made 1
         settings = settings_from_args(args, workers)
         path = args.run_dir or default_run_dir(cfg.task)
-        run = Run.create(path, cfg, settings, start_weights=args.load)
+        lanes = lanes_from_args(args)
+        run = Run.create(path, cfg, settings, start_weights=args.load, lanes=lanes)
         warning = steps_warning(run.cfg)
         if warning:
             print(warning, file=sys.stderr)

@@ -4,14 +4,16 @@ torchrun job: its config and its settings, checked before anything is written.""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import fields
 from pathlib import Path
 
 from agent.config import Config
-from agent.errors import UserError
+from agent.errors import ConfigError, UserError
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
 from workers.cli.presets import Preset, preset_config
+from workers.rundir.lanes import parse_lane
 from workers.rundir.settings import RunSettings
 
 
@@ -47,6 +49,28 @@ def check_run_flags(args: argparse.Namespace) -> None:
         raise UserError("--pack is chosen when a run starts: a resumed run keeps its own")
     if args.load and args.resume:
         raise UserError("--load starts a new run: a resumed run goes on from its checkpoints")
+    if args.lane and args.resume:
+        raise UserError("--lane starts a race in a new run: a resumed run keeps its own lanes")
+    if args.lane and "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a torchrun rank
+        raise UserError(
+            "--lane: a torchrun job does not race (its ranks merge in one all-reduce); race on "
+            "one machine: launch.py --headless --workers N --lane ... --lane ..."
+        )
+    lanes_from_args(args)  # a bad --lane is refused before anything is written
+
+
+def lanes_from_args(args: argparse.Namespace) -> list[dict] | None:
+    """Each --lane's knob changes (None: no race); ConfigError naming the lane and the part
+    that is wrong."""
+    if not args.lane:
+        return None
+    lanes = []
+    for n, text in enumerate(args.lane):
+        try:
+            lanes.append(parse_lane(text))
+        except ConfigError as err:
+            raise ConfigError(f"--lane {text!r} (lane {n}): {err}", err.field) from None
+    return lanes
 
 
 def settings_from_args(

@@ -15,6 +15,12 @@ showcase shows.
 A pack of workers in one process (agent/agent.py) averages its own workers first and takes part
 as one file: the mean of its finite workers, how many they are, and which indices it covers.
 A torch.distributed backend would do the same merge with an all-reduce.
+
+In a race each lane is a pool of its own (merge/lane-L/): its workers merge only with each
+other. Every file carries the pool's number (the knob version that formed it), so that a new
+pool never takes an old pool's weights for this round's. A worker that joined a pool and has
+made no update since is left out of the mean (its weights are the pool's own, unchanged) and
+takes the others' mean.
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ import torch
 
 from agent.errors import WeightsError
 from workers.rundir.directory import DirLock, atomic_write_json, load_state, save_state
-from workers.rundir.paths import MEMBERS, MERGED, members_path, merge_dir, merged_path, weights_name
+from workers.rundir.paths import (
+    MERGED,
+    members_path,
+    merge_dir,
+    merged_path,
+    pool_dir,
+    weights_name,
+)
 
 State = dict[str, torch.Tensor]
 
@@ -86,6 +99,8 @@ class _Entry:
     step: int | None
     members: tuple[int, ...]  # the workers whose mean it is
     covers: tuple[int, ...]  # the workers it stands for
+    pool: int  # the knob version that formed its pool
+    joining: bool  # its worker joined and has made no update of its own since
 
 
 class MergeCancelled(Exception):
@@ -118,10 +133,10 @@ def write_members(
     atomic_write_json(path, record)
 
 
-def merged_step(run_path: str | Path) -> int:
-    """The agent step of the newest merged weights (-1: none, or unreadable)."""
+def merged_step(run_path: str | Path, lane: int | None = None) -> int:
+    """The agent step of the newest merged weights of a pool (-1: none, or unreadable)."""
     try:
-        return int(load_state(merged_path(run_path)).get("step", 0))
+        return int(load_state(merged_path(run_path, lane)).get("step", 0))
     except (WeightsError, ValueError, TypeError):
         return -1
 
@@ -135,23 +150,33 @@ class FileMergeBackend:
         workers: list[int],
         timeout_s: float = 30.0,
         stop: Callable[[], bool] | None = None,
+        lane: int | None = None,
+        pool: int = 0,
     ):
         """`stop`: polled while waiting for the others; once it returns True, merge raises
-        MergeCancelled (a stopping worker must not wait out the timeout before its checkpoint)."""
-        self.dir = merge_dir(run_path)
-        self.dir.mkdir(exist_ok=True)  # not parents: a vanished run directory stays gone
+        MergeCancelled (a stopping worker must not wait out the timeout before its checkpoint).
+        `lane`: a race's lane, whose workers (`workers`) are the pool; `pool`: its number."""
+        merge_dir(run_path).mkdir(exist_ok=True)  # not parents: a vanished run stays gone
+        self.dir = pool_dir(run_path, lane)
+        self.dir.mkdir(exist_ok=True)
+        self.members_file = members_path(run_path)
         self.workers, self.timeout_s = list(workers), timeout_s
+        self.lane, self.pool = lane, pool
+        self.lane_workers = set(workers) if lane is not None else None
         self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
         self.stop = stop
 
     def members(self) -> list[int]:
         """The workers taking part now: members.json if the run wrote one, else those given."""
         try:
-            record = json.loads((self.dir / MEMBERS).read_text())
+            record = json.loads(self.members_file.read_text())
             found, down = record["workers"], record.get("down", {})
             if isinstance(found, list) and all(isinstance(w, int) for w in found):
-                self.workers = found
-                self.down = {int(k): str(v) for k, v in dict(down).items()}
+                ours = self.lane_workers
+                self.workers = [w for w in found if ours is None or w in ours]
+                self.down = {
+                    int(k): str(v) for k, v in dict(down).items() if ours is None or int(k) in ours
+                }
         except (OSError, ValueError, KeyError, TypeError):
             pass  # none yet, or damaged: keep the last good list
         return list(self.workers)
@@ -170,9 +195,11 @@ class FileMergeBackend:
         step: int | None = None,
         members: tuple[int, ...] = (),
         covers: tuple[int, ...] = (),
+        joining: bool = False,
     ) -> None:
         """Write `worker`'s weights for round `round_`; a pack's are the mean of its workers
-        `members` and stand for all of `covers` (a worker left out included)."""
+        `members` and stand for all of `covers` (a worker left out included). `joining`: they
+        are the pool's own (no update since it joined), not to be averaged."""
         path = self._path(worker)
         payload = {
             "round": round_,
@@ -180,6 +207,8 @@ class FileMergeBackend:
             "model": {k: v.cpu() for k, v in state.items()},
             "members": sorted(members or (worker,)),
             "covers": sorted({worker, *members, *covers}),
+            "pool": self.pool,
+            "joining": joining,
         }
         if step is not None:  # the showcase labels these weights with their agent step
             payload["step"] = int(step)
@@ -194,15 +223,20 @@ class FileMergeBackend:
             with self._lock(path):
                 payload = load_state(path)
             step = payload.get("step")
-            return _Entry(
+            entry = _Entry(
                 int(payload["round"]),
                 payload["model"],
                 None if step is None else int(step),
                 tuple(int(w) for w in payload.get("members", (worker,))),
                 tuple(int(w) for w in payload.get("covers", (worker,))),
+                int(payload.get("pool", 0)),
+                bool(payload.get("joining", False)),
             )
         except (WeightsError, KeyError, TypeError, ValueError) as err:
             return f"unreadable weights file ({err})"
+        if entry.pool != self.pool:  # written before this pool was formed
+            return "no weights yet in this pool"
+        return entry
 
     def read(self, worker: int) -> tuple[int, State] | str:
         """(round, weights) of a worker's newest file, or the reason it cannot be used."""
@@ -217,18 +251,21 @@ class FileMergeBackend:
         step: int | None = None,
         members: tuple[int, ...] = (),
         covers: tuple[int, ...] = (),
+        joining: str | None = None,
     ) -> MergeResult | None:
         """Merge round `round_`: `state` is `worker`'s weights, or (a pack) the mean of its
         workers `members`, standing for all of `covers`. Returns the mean over every worker
-        (each weighs the same, whether it came alone or in a pack)."""
+        (each weighs the same, whether it came alone or in a pack). `joining`: why this
+        worker's weights stay out of the mean (it joined and has not updated since); it takes
+        the others' mean, or keeps its own when there is none."""
         if not is_finite(state):
             return None
-        self.publish(worker, round_, state, step, members, covers)
+        self.publish(worker, round_, state, step, members, covers, joining=joining is not None)
         deadline = time.monotonic() + self.timeout_s
         while True:
-            found: dict[int, State] = {worker: state}
+            found: dict[int, State] = {} if joining else {worker: state}
             inside, steps = {worker: members or (worker,)}, {worker: step}
-            left_out: dict[int, str] = {}
+            left_out: dict[int, str] = {worker: joining} if joining else {}
             covered = {worker, *covers}
             for other in self.members():  # a pack's file is its lowest index: read first
                 if other in covered:
@@ -242,6 +279,8 @@ class FileMergeBackend:
                     left_out[other] = f"behind (round {entry.round} < {round_})"
                 elif not is_finite(entry.model):
                     left_out[other] = "non-finite weights"
+                elif entry.joining:
+                    left_out[other] = "joined the pool and has made no update of its own yet"
                 else:
                     found[other], steps[other] = entry.model, entry.step
                     inside[other] = entry.members
@@ -257,6 +296,9 @@ class FileMergeBackend:
                 warnings.warn(
                     f"worker {other} left out of merge round {round_}: {why}", stacklevel=2
                 )
+        if not found:  # joining, and nobody else here: the pool's weights are its own
+            found[worker], joining = state, None
+            left_out.pop(worker, None)
         merged = average_states(list(found.values()), [len(inside[w]) for w in found])
         result = MergeResult(
             merged=merged,
@@ -275,6 +317,7 @@ class FileMergeBackend:
         self, round_: int, state: State, participants: list[int], step: int | None
     ) -> None:
         payload = {"round": round_, "time": time.time(), "participants": participants}
+        payload["pool"] = self.pool
         payload["model"] = {k: v.cpu() for k, v in state.items()}
         if step is not None:
             payload["step"] = int(step)

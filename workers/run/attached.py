@@ -59,7 +59,7 @@ class AttachedRun(BaseRun):
         self.request_stop()
         return True
 
-    def _ask_owner(self, action: str, worker: int | None = None) -> None:
+    def _ask_owner(self, action: str, worker: int | None = None, lane: int | None = None) -> None:
         """Pass a request to the process that owns the run (see Run.serve_requests)."""
         if self.settings.ranks:
             raise UserError(TORCHRUN_JOB.format(ranks=self.settings.ranks))
@@ -67,7 +67,7 @@ class AttachedRun(BaseRun):
         # every worker ended, shows that nobody is there.
         if not any(w["alive"] or not w["heartbeat"] for w in self.progress()):
             raise UserError(NOT_SERVED.format(path=self.path))
-        self.requests.send(action, worker)
+        self.requests.send(action, worker, lane)
 
     def pause(self) -> None:
         self._ask_owner("pause")
@@ -91,10 +91,17 @@ class AttachedRun(BaseRun):
         self._check_restartable(index)
         self._ask_owner("restart_worker", worker=index)
 
-    def add_worker(self) -> int:
-        """Ask the owner to add a worker; returns the index it will have."""
-        self._check_merged_weights()
-        self._ask_owner("add_worker")
+    def add_worker(self, lane: int | None = None) -> int:
+        """Ask the owner to add a worker (to lane `lane` in a race); returns the index it
+        will have."""
+        record = self.race.record()
+        if record.lanes:
+            self._check_merged_weights(
+                lane if lane is not None else self.race.smallest_lane(record)
+            )
+        else:
+            self._check_merged_weights()
+        self._ask_owner("add_worker", lane=lane)
         return self.settings.workers
 
     def remove_worker(self, index: int) -> None:

@@ -2,7 +2,8 @@
 
 The owning run (owner.py Run) starts and watches the workers; an attached run
 (attached.py AttachedRun) watches another process's and passes its requests on. Both
-read the same records, set knobs the same way and have their own showcase.
+read the same records, set knobs the same way and have their own showcase. Over 300 lines
+because it is the whole interface both kinds of run share.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import ConfigError, UserError
+from workers.run.race import RaceControl
 from workers.run.tail import RecordTail, tail_records
 from workers.run.wording import OWNED, Wording
 from workers.rundir.knob_record import KnobStore, run_knobs, validate_knobs
@@ -42,6 +44,7 @@ class BaseRun(ABC):
         self._reported_dead: set[int] = set()
         self._tail = RecordTail(path)
         self.showcase = Showcase(self._ctx, path, cfg, self._pause)
+        self.race = RaceControl(self.knobs, cfg, lambda: self.settings, self._applied_values)
 
     # the interface: each kind of run does these its own way ----------------------------
     @abstractmethod
@@ -93,7 +96,8 @@ class BaseRun(ABC):
     def restart_worker(self, index: int) -> None: ...
 
     @abstractmethod
-    def add_worker(self) -> int: ...
+    def add_worker(self, lane: int | None = None) -> int:
+        """Add a merging worker (in a race: to lane `lane`, else the smallest lane)."""
 
     @abstractmethod
     def remove_worker(self, index: int) -> None: ...
@@ -147,8 +151,15 @@ class BaseRun(ABC):
         if index in self.settings.removed:
             raise UserError(f"worker {index} was removed from the run; add a new one instead")
 
-    def _check_merged_weights(self) -> None:
-        if not merged_path(self.path).exists():
+    def _check_merged_weights(self, lane: int | None = None) -> None:
+        """A new worker starts from its pool's merged weights: refuse it while there are none
+        (in a race the pool is lane `lane`'s, or the smallest lane's)."""
+        record = self.race.record()
+        if record.lanes:
+            lane = lane if lane is not None else self.race.smallest_lane(record)
+        else:
+            lane = None
+        if not merged_path(self.path, lane).exists():
             raise UserError(
                 "a new worker starts from the merged weights and there are none yet: add it "
                 f"after the first merge (every {self.knob_values()[1]['merge_every']} steps)"
@@ -241,11 +252,11 @@ class BaseRun(ABC):
                 break
         return best
 
-    def set_knobs(self, **changes: object) -> int:
-        """Validate and publish new knob values; returns the new version (error: unchanged).
-        A damaged knob record is replaced, from the values in force (only then are the workers'
-        metrics files read for them)."""
-        return self.knobs.set(self.cfg, in_force=self._applied_values, **changes)
+    def set_knobs(self, lane: int | None = None, **changes: object) -> int:
+        """Validate and publish new knob values, for lane `lane` of a race or (None) for every
+        worker; returns the new version (error: unchanged). A damaged knob record is replaced,
+        from the values in force (only then are the workers' metrics files read for them)."""
+        return self.knobs.set(self.cfg, in_force=self._applied_values, lane=lane, **changes)
 
     def summary(self, interrupted: bool) -> str:
         """Where the run got to: its workers' step, their mean last evaluation return."""

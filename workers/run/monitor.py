@@ -44,15 +44,15 @@ class WorkerMonitor:
         stop: Any,
         note: Callable[..., None],
         respawn: Callable[[list[int], int], None],
-        join_step: Callable[[], int],
+        join_step: Callable[[int], int],
         members_changed: Callable[[], None],
         restart_backoff_s: float,
     ) -> None:
         """`settings()`: the run's current settings; `procs`: its handles by worker (shared,
         guarded by `lock`); `stop`: its stop event; `note(text, in_record=False)`: tell the
         user; `respawn(pack, join_step)`: start a pack again from the merged weights;
-        `join_step()`: the step to join the others at; `members_changed()`: rewrite
-        members.json (see down())."""
+        `join_step(k)`: the step worker k joins the others of its pool at;
+        `members_changed()`: rewrite members.json (see down())."""
         self.path, self._settings, self._procs = path, settings, procs
         self._lock, self._stop, self._note = lock, stop, note
         self._respawn, self._join_step, self._members_changed = respawn, join_step, members_changed
@@ -232,7 +232,7 @@ class WorkerMonitor:
         self._rejoin.add(index)
         if self._procs[index].process.is_alive():
             return
-        self._respawn(self.settings.pack_of(index), self._join_step())
+        self._respawn(self.settings.pack_of(index), self._join_step(index))
 
     def _follow_rejoin(self, index: int) -> None:
         """While a restarted worker starts, keep its starting step at the others' step (it
@@ -241,7 +241,7 @@ class WorkerMonitor:
         state = STATES[int(p.value("state"))]
         if state == "starting":
             if p.process.is_alive():
-                p.join.value = self._join_step()
+                p.join.value = self._join_step(index)
             return
         self._rejoin.discard(index)
         if self._down.pop(index, None) is not None:

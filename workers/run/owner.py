@@ -25,16 +25,17 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.envs import check_task
-from agent.errors import UserError
+from agent.errors import ConfigError, UserError
 from workers.host.threads import choose_threads
 from workers.merging.files import merged_step, write_members
 from workers.run.attached import AttachedRun
 from workers.run.base import BaseRun
 from workers.run.monitor import WorkerMonitor
+from workers.run.race import check_race
 from workers.run.spawn import WorkerProcess, spawn, worker_spec
 from workers.run.start_weights import read_start_weights, write_start_weights
 from workers.rundir.directory import RunDir
-from workers.rundir.knob_record import run_knobs, validate_knobs
+from workers.rundir.knob_record import KnobStore, run_knobs
 from workers.rundir.lines import damaged_lines
 from workers.rundir.paths import RUN, members_path
 from workers.rundir.records import Request
@@ -84,9 +85,11 @@ class Run(BaseRun):
         cfg: Config,
         settings: RunSettings,
         start_weights: str | Path | None = None,
+        lanes: list[dict] | None = None,
     ) -> Run:
         """A new run in `path`; every worker starts from `start_weights` when given (a file of
-        one worker's networks), else fresh."""
+        one worker's networks), else fresh. `lanes`: a race from the start, lane n running
+        with the run's knob values changed by lanes[n] (the merging workers dealt evenly)."""
         check_task(cfg.task, cfg.env_options)
         if settings.wandb:
             require_wandb()
@@ -94,10 +97,13 @@ class Run(BaseRun):
             # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
             # planner adds 2 for large action spaces to any value, as the reference does.
             cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
+        layout = check_race(settings, len(lanes)) if lanes else ()
+        settings = dataclasses.replace(settings, lanes=layout)
         if settings.pack == 0:
             settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
-        validate_knobs(cfg, run_knobs(cfg, settings.merge_every))
+        values = run_knobs(cfg, settings.merge_every)
+        KnobStore.new_race(cfg, values, layout, tuple(lanes or ()), 0)
         weights = read_start_weights(start_weights, cfg) if start_weights else None
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
@@ -105,7 +111,7 @@ class Run(BaseRun):
             write_start_weights(run_dir.path, weights, start_weights)
         run = cls(run_dir.path, cfg, settings, resumed=False)
         run._save_settings(settings)
-        run.knobs.initialise(cfg, settings.merge_every)
+        run.knobs.initialise(cfg, settings.merge_every, layout, tuple(lanes or ()))
         return run
 
     @classmethod
@@ -241,7 +247,7 @@ class Run(BaseRun):
             old = self._procs.get(index)
             if old is not None and old.process.is_alive():
                 raise UserError(f"worker {index} is still running")
-            join_step = self._join_step()
+            join_step = self._join_step(index)
             # A pack starts again as a whole, in one process.
             self._reported_dead.difference_update(pack)
             self.monitor.restarted_by_hand(pack)
@@ -249,24 +255,34 @@ class Run(BaseRun):
                 [self._spec(m, resume=True, from_merged=True, join_step=join_step) for m in pack]
             )
 
-    def _join_step(self) -> int:
+    def _join_step(self, index: int | None = None) -> int:
         """Where a worker starting from the merged weights begins counting agent steps: with the
-        slowest running merging worker, so that its merge rounds line up with theirs."""
+        slowest running merging worker of its pool (worker `index`'s lane in a race), so that
+        its merge rounds line up with theirs."""
+        record = self.race.record()
+        lane = record.lane_of(index) if index is not None else None
+        pool = record.lanes[lane] if lane is not None else self.settings.merging
         running = [
             w["step"]
             for w in self.progress()
-            if w["alive"] and w["worker"] in self.settings.merging and w["state"] != "starting"
+            if w["alive"] and w["worker"] in pool and w["state"] != "starting"
         ]
-        return int(min(running)) if running else max(0, merged_step(self.path))
+        return int(min(running)) if running else max(0, merged_step(self.path, lane))
 
-    def add_worker(self) -> int:
-        """Add a merging worker to the running run; returns its index. It starts from the merged
-        weights at the step of the others (no random seed steps: it acts with the merged policy
-        and starts updating once its first episode is in its own buffer)."""
+    def add_worker(self, lane: int | None = None) -> int:
+        """Add a merging worker to the running run (in a race: to lane `lane`, else the lane
+        with the fewest workers); returns its index. It starts from its pool's merged weights
+        at the step of the others (no random seed steps: it acts with the merged policy and
+        starts updating once its first episode is in its own buffer)."""
         if not self.started:
             raise UserError("start the run before adding workers")
-        self._check_merged_weights()
-        index, join_step = self.settings.workers, self._join_step()
+        index = self.settings.workers
+        self._check_merged_weights(lane)
+        try:
+            self.race.join(index, lane)
+        except ConfigError as err:
+            raise UserError(str(err)) from None
+        join_step = self._join_step(index)
         self._save_settings(
             dataclasses.replace(self.settings, workers=index + 1, added=self.settings.added + 1)
         )
@@ -277,6 +293,10 @@ class Run(BaseRun):
         """Take a worker out of the run: the others stop merging with it at once, and it writes
         its checkpoint and exits (a resumed run leaves it out too)."""
         self._check_removable(index)
+        try:
+            self.race.leave(index)  # in a race: out of its lane (never a lane's last)
+        except ConfigError as err:
+            raise UserError(str(err)) from None
         s = self.settings
         with self._lock:
             self.monitor.removed(index)
@@ -300,6 +320,8 @@ class Run(BaseRun):
             try:
                 if action in ("restart_worker", "remove_worker"):
                     getattr(self, action)(-1 if request.worker is None else request.worker)
+                elif action == "add_worker":
+                    self.add_worker(request.lane)
                 elif action != "stop":
                     getattr(self, action)()
             except (UserError, ValueError, TypeError) as err:

@@ -1,4 +1,6 @@
 """Live knobs as data: one validated, versioned record in the run directory, plus its history.
+A race splits the merging workers into lanes, each with its own values and merge pool; the
+record holds the lanes, so a worker learns its lane and its values from one atomic read.
 
 The viewer or the command line writes a new version; each worker polls between agent steps
 (a stat() call when nothing changed) and applies the newest one. Out-of-range values are
@@ -7,6 +9,7 @@ refused with a message naming the knob and its range, and the record stays as it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,8 +38,20 @@ def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
     return KnobValues({**knobs_of(with_knobs(cfg, **values)), **worker})
 
 
+def validate_record(cfg: Config, record: KnobRecord) -> KnobRecord:
+    """The record with its values and every lane's validated (ConfigError if any is not)."""
+    if len(record.lane_values) != len(record.lanes):
+        raise ConfigError("the knob record's lanes and their values do not match", "lanes")
+    return dataclasses.replace(
+        record,
+        values=dict(validate_knobs(cfg, record.values)),
+        lane_values=tuple(dict(validate_knobs(cfg, v)) for v in record.lane_values),
+    )
+
+
 class KnobStore:
-    """knobs.json holds {"version", "values"}; knobs.jsonl every version ever set."""
+    """knobs.json holds the KnobRecord (version, values, the race's lanes); knobs.jsonl every
+    version ever set (KnobChange)."""
 
     def __init__(self, run_path: str | Path):
         self.path = Path(run_path) / KNOBS
@@ -45,29 +60,79 @@ class KnobStore:
         self._seen: tuple[int, int] | None = None
         self.history_skipped = 0  # damaged lines history_values passed over, the last time
 
-    def initialise(self, cfg: Config, merge_every: int) -> None:
+    def initialise(
+        self,
+        cfg: Config,
+        merge_every: int,
+        lanes: tuple[tuple[int, ...], ...] = (),
+        lane_changes: tuple[dict, ...] = (),
+    ) -> None:
+        """The first version: the run's values, and a race's lanes from the start (each
+        lane's values are the run's with its `lane_changes`)."""
         if self.path.exists():
             return
-        values = validate_knobs(cfg, run_knobs(cfg, merge_every))
+        record = self.new_race(cfg, run_knobs(cfg, merge_every), lanes, lane_changes, 0)
         with self.lock:
-            self._write(0, values, values)
+            self._write(record, record.values, event="race" if lanes else "")
 
-    def _write(self, version: int, values: dict, changes: dict) -> None:
-        atomic_write_json(self.path, KnobRecord(version=version, values=dict(values)).to_json())
-        change = KnobChange(version=version, changes=dict(changes))
+    @staticmethod
+    def new_race(
+        cfg: Config,
+        values: dict,
+        lanes: tuple[tuple[int, ...], ...],
+        lane_changes: tuple[dict, ...],
+        version: int,
+    ) -> KnobRecord:
+        """A validated record of version `version` whose lanes run with `values` changed by
+        their own `lane_changes` (ConfigError naming the lane for a refused value)."""
+        values = dict(validate_knobs(cfg, values))
+        lane_values = []
+        for n, changes in enumerate(lane_changes or [{}] * len(lanes)):
+            unknown = sorted(set(changes) - set(values))
+            if unknown:
+                raise ConfigError(f"lane {n}: unknown knob(s): {', '.join(unknown)}", unknown[0])
+            try:
+                lane_values.append(dict(validate_knobs(cfg, {**values, **changes})))
+            except ConfigError as err:
+                raise ConfigError(f"lane {n}: {err}", err.field) from None
+        return KnobRecord(
+            version=version,
+            values=values,
+            lanes=tuple(tuple(lane) for lane in lanes),
+            lane_values=tuple(lane_values),
+            pool=version,
+        )
+
+    def _write(
+        self, record: KnobRecord, changes: dict, lane: int | None = None, event: str = ""
+    ) -> None:
+        atomic_write_json(self.path, record.to_json())
+        change = KnobChange(
+            version=record.version,
+            changes=dict(changes),
+            lane=lane,
+            event=event,
+            lanes=record.lanes,
+            lane_values=record.lane_values,
+            pool=record.pool,
+        )
         with open(self.history, "a") as f:
             f.write(json.dumps(change.to_json()) + "\n")
 
-    def read(self) -> tuple[int, dict]:
+    def read_record(self) -> KnobRecord:
         try:
-            record = KnobRecord.from_json(json.loads(self.path.read_bytes()))
+            return KnobRecord.from_json(json.loads(self.path.read_bytes()))
         except (OSError, ValueError) as err:  # Malformed is a ValueError
             raise ConfigError(
                 f"the knob record {self.path} is missing or corrupt ({err})"
             ) from None
+
+    def read(self) -> tuple[int, dict]:
+        """(version, the run's values) of knobs.json (ConfigError if unreadable)."""
+        record = self.read_record()
         return record.version, record.values
 
-    def history_values(self) -> tuple[int, dict] | None:
+    def history_record(self) -> KnobRecord | None:
         """The newest version in knobs.jsonl (every version there was validated before it was
         written), or None; damaged lines are skipped."""
         try:
@@ -77,47 +142,137 @@ class KnobStore:
         changes, self.history_skipped = parse_lines(data, KnobChange)
         values = {}
         for change in changes:
-            values.update(change.changes)
-        return (changes[-1].version, values) if changes else None
+            if change.lane is None:
+                values.update(change.changes)
+        if not changes:
+            return None
+        last = changes[-1]
+        return KnobRecord(
+            version=last.version,
+            values=values,
+            lanes=last.lanes,
+            lane_values=last.lane_values,
+            pool=last.pool,
+        )
 
-    def last_good(self, cfg: Config) -> tuple[int, dict] | None:
-        """The newest valid knob values: knobs.json if it reads and validates, else the newest
+    def history_values(self) -> tuple[int, dict] | None:
+        record = self.history_record()
+        return (record.version, record.values) if record is not None else None
+
+    def last_good_record(self, cfg: Config) -> KnobRecord | None:
+        """The newest valid record: knobs.json if it reads and validates, else the newest
         version of the history (the run's own values, never a code default), else None."""
-        for source in (self.read, self.history_values):
+        for source in (self.read_record, self.history_record):
             try:
                 found = source()
                 if found is not None:
-                    return found[0], validate_knobs(cfg, found[1])
+                    return validate_record(cfg, found)
             except ConfigError:
                 continue
         return None
+
+    def last_good(self, cfg: Config) -> tuple[int, dict] | None:
+        record = self.last_good_record(cfg)
+        return (record.version, record.values) if record is not None else None
+
+    def _current(self, cfg: Config, in_force: Callable[[], tuple[int, dict]] | None) -> KnobRecord:
+        """The record a change starts from: the last good one (the values in force, `in_force()`,
+        when the history is unreadable too), at the newest version number seen."""
+        good = self.last_good_record(cfg)
+        if good is None and in_force is not None:
+            version, values = in_force()
+            good = KnobRecord(version=version, values=dict(values))
+        if good is None:
+            raise ConfigError(f"the knob record {self.path} and its history are unreadable")
+        try:
+            return dataclasses.replace(good, version=max(good.version, self.read_record().version))
+        except ConfigError:
+            return good
 
     def set(
         self,
         cfg: Config,
         in_force: Callable[[], tuple[int, dict]] | None = None,
+        lane: int | None = None,
         **changes: object,
     ) -> int:
-        """Validate and write a new version; on error nothing is written. Returns the version.
-        A damaged or refused record is replaced, from the last good values (`in_force()`, the
-        values the workers run with, when the history is unreadable too)."""
+        """Validate and write a new version: `changes` for lane `lane`, or (None) for the run
+        and every lane. On error nothing is written. Returns the version. A damaged or refused
+        record is replaced, from the last good values."""
         with self.lock:
-            good = self.last_good(cfg) or (in_force() if in_force else None)
-            if good is None:
-                raise ConfigError(f"the knob record {self.path} and its history are unreadable")
-            version, values = good
-            try:
-                version = max(version, self.read()[0])
-            except ConfigError:
-                pass
-            unknown = sorted(set(changes) - set(values))
+            now = self._current(cfg, in_force)
+            unknown = sorted(set(changes) - set(now.values))
             if unknown:
                 raise ConfigError(f"unknown knob(s): {', '.join(unknown)}")
-            new = validate_knobs(cfg, {**values, **changes})
-            self._write(version + 1, new, changes)
-            return version + 1
+            if lane is not None and not 0 <= lane < len(now.lanes):
+                raise ConfigError(f"there is no lane {lane} (lanes: {len(now.lanes)})", "lanes")
+            values = now.values
+            if lane is None:
+                values = dict(validate_knobs(cfg, {**now.values, **changes}))
+            lane_values = []
+            for n, old in enumerate(now.lane_values):
+                if lane in (None, n):
+                    try:
+                        old = dict(validate_knobs(cfg, {**old, **changes}))
+                    except ConfigError as err:
+                        raise ConfigError(f"lane {n}: {err}", err.field) from None
+                lane_values.append(old)
+            new = dataclasses.replace(
+                now, version=now.version + 1, values=values, lane_values=tuple(lane_values)
+            )
+            self._write(new, changes, lane)
+            return new.version
 
-    def poll(self, seen_version: int) -> tuple[int, dict] | None:
+    def start_race(
+        self,
+        cfg: Config,
+        lanes: tuple[tuple[int, ...], ...],
+        lane_changes: tuple[dict, ...],
+        in_force: Callable[[], tuple[int, dict]] | None = None,
+    ) -> int:
+        """Split the workers into `lanes`, each with the values in force changed by its own
+        `lane_changes`: new merge pools (the version is their pool). Returns the version."""
+        with self.lock:
+            now = self._current(cfg, in_force)
+            new = self.new_race(cfg, now.values, lanes, lane_changes, now.version + 1)
+            self._write(new, {}, event="race")
+            return new.version
+
+    def promote(
+        self, cfg: Config, lane: int, in_force: Callable[[], tuple[int, dict]] | None = None
+    ) -> int:
+        """End the race: lane `lane`'s values become every worker's, and the lanes one merge
+        pool again. Returns the version."""
+        with self.lock:
+            now = self._current(cfg, in_force)
+            if not 0 <= lane < len(now.lanes):
+                raise ConfigError(
+                    f"there is no lane {lane} to promote (lanes: {len(now.lanes)})", "lanes"
+                )
+            values = now.lane_values[lane]
+            changes = {k: v for k, v in values.items() if now.values.get(k) != v}
+            new = KnobRecord(version=now.version + 1, values=values, pool=now.version + 1)
+            self._write(new, changes, lane, event="promote")
+            return new.version
+
+    def move_workers(
+        self,
+        cfg: Config,
+        lanes: tuple[tuple[int, ...], ...],
+        in_force: Callable[[], tuple[int, dict]] | None = None,
+    ) -> int:
+        """The same lanes and pools with other workers (one added to a lane, one removed)."""
+        with self.lock:
+            now = self._current(cfg, in_force)
+            if len(lanes) != len(now.lanes):
+                raise ConfigError("moving workers keeps the number of lanes", "lanes")
+            new = dataclasses.replace(
+                now, version=now.version + 1, lanes=tuple(tuple(x) for x in lanes)
+            )
+            self._write(new, {}, event="lanes")
+            return new.version
+
+    def poll(self, seen_version: int) -> KnobRecord | None:
         """The newest record if it is newer than seen_version, else None (cheap when unchanged).
         An unreadable record is a ConfigError, once per change of the file (it is replaced
         atomically, so a reader never sees half of one: this is damage)."""
@@ -131,8 +286,8 @@ class KnobStore:
         if seen == self._seen:
             return None
         self._seen = seen
-        version, values = self.read()
-        return (version, values) if version > seen_version else None
+        record = self.read_record()
+        return record if record.version > seen_version else None
 
 
 def agent_knobs(values: Mapping[str, object]) -> dict:

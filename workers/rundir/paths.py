@@ -8,6 +8,7 @@ worker-K.jsonl        worker K's metrics records; player.jsonl the showcase's
 checkpoints/worker-K.pt
 merge/worker-K.pt     worker K's last merge contribution; merge/merged.pt the mean
 merge/members.json    who merges now (workers/merging/files.py)
+merge/lane-L/         lane L's merge pool in a race: its workers' files and its merged.pt
 start.pt              the weights a new run starts from (--load; workers/cli/new_run.py)
 """
 
@@ -45,9 +46,15 @@ def merge_dir(run_path: str | Path) -> Path:
     return Path(run_path) / MERGE_DIR
 
 
-def merged_path(run_path: str | Path) -> Path:
-    """The newest merged weights (every merge writes it again)."""
-    return merge_dir(run_path) / MERGED
+def pool_dir(run_path: str | Path, lane: int | None = None) -> Path:
+    """The merge files of one pool: the run's (no race, `lane` None) or lane `lane`'s."""
+    return merge_dir(run_path) if lane is None else merge_dir(run_path) / f"lane-{lane}"
+
+
+def merged_path(run_path: str | Path, lane: int | None = None) -> Path:
+    """The newest merged weights of the run's pool, or of lane `lane`'s in a race (every
+    merge writes it again)."""
+    return pool_dir(run_path, lane) / MERGED
 
 
 def members_path(run_path: str | Path) -> Path:

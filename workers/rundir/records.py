@@ -138,6 +138,7 @@ class KnobsApplied(Record):
     KIND: ClassVar[str] = "knobs_applied"
     version: int
     values: dict[str, int | float]
+    lane: int | None = None  # the lane whose values these are (None: the run is no race)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +162,8 @@ class StartedFresh(Record):
 @dataclass(frozen=True, kw_only=True)
 class StartedFromMerged(Record):
     KIND: ClassVar[str] = "started_from_merged"
+    lane: int | None = None  # whose pool's merged weights (None: the run's)
+    buffer: int = 0  # transitions kept from its own checkpoint (0: it starts with none)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,6 +257,7 @@ ACTIONS = (
 class Request(Line):
     action: str
     worker: int | None = None  # restart_worker, remove_worker
+    lane: int | None = None  # add_worker in a race: the lane it joins (None: the smallest)
     time: float = field(default_factory=now_s)
     error: str | None = None  # set by the owner that served it: why it was refused
 
@@ -265,19 +269,42 @@ class Request(Line):
 # The live knobs (knobs.json: a snapshot; knobs.jsonl: its history, events) ----------------
 @dataclass(frozen=True, kw_only=True)
 class KnobRecord(Line):
-    """knobs.json: the knob values to run with, and their version."""
+    """knobs.json: the knob values to run with, and their version. In a race (lanes not
+    empty) lane L's workers run with lane_values[L]; a worker in no lane (the control worker,
+    every worker outside a race) with `values`."""
 
     version: int
     values: dict[str, int | float]
+    lanes: tuple[tuple[int, ...], ...] = ()  # the workers of each lane; empty: no race
+    lane_values: tuple[dict[str, int | float], ...] = ()  # each lane's values
+    # The version that formed today's merge pools (a race's start, a promotion): each pool's
+    # merge files carry it, so that a new pool never averages an old pool's weights.
+    pool: int = 0
+
+    def lane_of(self, worker: int) -> int | None:
+        """The lane `worker` races in, or None."""
+        return next((n for n, lane in enumerate(self.lanes) if worker in lane), None)
+
+    def values_for(self, worker: int) -> dict[str, int | float]:
+        lane = self.lane_of(worker)
+        return self.values if lane is None else self.lane_values[lane]
 
 
 @dataclass(frozen=True, kw_only=True)
 class KnobChange(Line):
-    """A line of knobs.jsonl: a version as it was set, with only what it changed."""
+    """A line of knobs.jsonl: a version as it was set, with only what it changed (for one
+    lane, or for all). A race's start, a promotion and a change of a lane's workers are
+    `event`s; every line of a race also holds the whole layout and its values, so that the
+    history alone can rebuild a damaged knobs.json."""
 
     version: int
     changes: dict[str, int | float]
     time: float = field(default_factory=now_s)
+    lane: int | None = None  # the lane it changed (None: every lane, and the run's values)
+    event: str = ""  # "race" (lanes formed), "promote" (lane `lane` won), "lanes" (workers moved)
+    lanes: tuple[tuple[int, ...], ...] = ()
+    lane_values: tuple[dict[str, int | float], ...] = ()
+    pool: int = 0
 
 
 # The reader --------------------------------------------------------------------------------

@@ -38,10 +38,10 @@ class RequestLog:
         self._offset = 0
         self.skipped = 0  # damaged lines passed over so far
 
-    def send(self, action: str, worker: int | None = None) -> None:
+    def send(self, action: str, worker: int | None = None, lane: int | None = None) -> None:
         """Append one request for the owner (from another process); ValueError for an
         action that is none."""
-        line = json.dumps(Request(action=action, worker=worker).to_json()) + "\n"
+        line = json.dumps(Request(action=action, worker=worker, lane=lane).to_json()) + "\n"
         with self.lock, open(self.path, "ab+") as f:
             if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
                 line = "\n" + line  # a torn line before (a sender died mid-line) stays apart

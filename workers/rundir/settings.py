@@ -38,9 +38,13 @@ class RunSettings:
     max_restarts: int = 3  # automatic restarts of a crashed worker, per worker (0: none)
     pack: int = 1  # workers trained as one batched model in one process (0: Run.create picks)
     ranks: int = 0  # a torchrun job's processes (workers/cli/torchrun.py); 0: not one
+    # The race's lanes the run was created with (--lane): no pack spans two. The live lanes,
+    # which a race started later or a promotion changes, are in the knob record (knobs.json).
+    lanes: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
+        object.__setattr__(self, "lanes", tuple(tuple(lane) for lane in self.lanes))
         if self.workers < 1:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
         if self.merge_every < 1:
@@ -63,13 +67,26 @@ class RunSettings:
     @property
     def packs(self) -> list[list[int]]:
         """Workers trained together, one process each: the run's first workers in packs of
-        `pack` (the last one smaller if need be), each worker added later alone; removed
-        workers left out."""
+        `pack` (the last one smaller if need be; a race's lanes each apart, as their planning
+        shapes differ), each worker added later alone; removed workers left out."""
         first, size = self.workers - self.added, max(self.pack, 1)
-        groups = [list(range(i, min(i + size, first))) for i in range(0, first, size)]
+        groups = []
+        for part in self._lane_parts(first):
+            groups += [part[i : i + size] for i in range(0, len(part), size)]
         groups += [[i] for i in range(first, self.workers)]
         kept = [[i for i in g if i not in self.removed] for g in groups]
         return [g for g in kept if g]
+
+    def _lane_parts(self, first: int) -> list[list[int]]:
+        """The run's first workers in runs of neighbours that share a lane (or no lane)."""
+        lane_of = {w: n for n, lane in enumerate(self.lanes) for w in lane}
+        parts: list[list[int]] = []
+        for w in range(first):
+            if parts and lane_of.get(parts[-1][-1]) == lane_of.get(w):
+                parts[-1].append(w)
+            else:
+                parts.append([w])
+        return parts
 
     def pack_of(self, index: int) -> list[int]:
         """The workers that share `index`'s process (itself alone when not in a pack)."""

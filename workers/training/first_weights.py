@@ -1,28 +1,72 @@
 """How a worker starts, before its first agent step: it resumes from its own checkpoint (the
-newest complete one), or starts from the merged weights (a worker added to a run, or restarted
-after a merge, in step with the others), or from the run's start weights (start.pt, from
---load), or fresh. Apart from the process entry (process.py) because every way in reads
-different files and writes its own record.
+newest complete one), or starts from its pool's merged weights (a worker added to a run, or
+restarted after a merge, in step with the others, with its checkpoint's replay buffer where it
+has one), or from the run's start weights (start.pt, from --load), or fresh. Apart from the
+process entry (process.py) because every way in reads different files and writes its own
+record.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from agent.errors import ConfigError
 from workers.rundir.directory import load_checkpoint, load_state, previous_path
+from workers.rundir.knob_record import KnobStore
 from workers.rundir.paths import START, checkpoint_path, merged_path, start_path
 from workers.rundir.records import Resumed, StartedFresh, StartedFromMerged, StartedFromWeights
 from workers.training.spec import WorkerSpec
 from workers.training.trainer import Trainer
 
 
-def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int, int] | None:
-    """Worker k of the process resumes from its checkpoint, or starts from the merged weights,
-    or from the run's start weights, or fresh. Returns the (knob version, merge_every) its
-    checkpoint applied last, if any."""
+@dataclass(frozen=True)
+class StartState:
+    """What a worker's start tells its hooks: the knob version, merge frequency and merge pool
+    its checkpoint applied last (none: the run's), and whether it joined its pool with the
+    pool's merged weights (left out of the mean until it updates)."""
+
+    knob_version: int = -1
+    merge_every: int | None = None
+    pool: int = 0
+    lane: int | None = None
+    pool_base: int = 0
+    joined: bool = False
+
+
+def _checkpoint_state(state: dict, joined: bool = False) -> StartState:
+    if "merge_every" not in state:  # older checkpoints kept no merge frequency
+        return StartState(joined=joined)
+    lane = state.get("lane")
+    return StartState(
+        int(state.get("knob_version", -1)),
+        int(state["merge_every"]),
+        int(state.get("pool", 0)),
+        None if lane is None else int(lane),
+        int(state.get("pool_base", 0)),
+        joined,
+    )
+
+
+def lane_now(spec: WorkerSpec) -> int | None:
+    """The race lane the knob record puts this worker in (None: none, or no good record)."""
+    try:
+        return KnobStore(spec.run_path).read_record().lane_of(spec.index)
+    except ConfigError:
+        return None
+
+
+def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState | None:
+    """Worker k of the process resumes from its checkpoint, or starts from the merged weights
+    of its pool (keeping the replay buffer of its checkpoint, if it has one), or from the
+    run's start weights, or fresh. Returns what its hooks need to know (None: a fresh
+    start)."""
     run = trainer.members[k].run_dir
     ckpt = checkpoint_path(spec.run_path, spec.index)
-    if spec.resume and (ckpt.exists() or previous_path(ckpt).exists()):
+    lane = lane_now(spec)
+    has_checkpoint = ckpt.exists() or previous_path(ckpt).exists()
+    from_merged = spec.start_from_merged and merged_path(spec.run_path, lane).exists()
+    if spec.resume and has_checkpoint and not from_merged:
         # The newest complete checkpoint: a damaged one falls back to the previous. Loaded
         # on the CPU: random generators take their states only from there (mapped to a GPU,
         # set_state refuses them), and what loads each tensor moves it to the device.
@@ -35,12 +79,18 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> tuple[int,
                 f"{used.name} at step {trainer.step}"
             )
         run.log(Resumed(step=trainer.step, checkpoint=used.name, fallback=fallback))
-        if "merge_every" in state:  # older checkpoints kept no merge frequency
-            return int(state.get("knob_version", -1)), int(state["merge_every"])
-    elif spec.start_from_merged and merged_path(spec.run_path).exists():
-        _load_networks(trainer, k, merged_path(spec.run_path))
+        return _checkpoint_state(state)
+    elif from_merged:
+        start = StartState(joined=True)
+        if has_checkpoint:  # its own buffer, optimiser and counters; the pool's networks
+            state = load_checkpoint(ckpt)[0]
+            trainer.load_state_dict(state, worker=k)
+            start = _checkpoint_state(state, joined=True)
+        _load_networks(trainer, k, merged_path(spec.run_path, lane))
         trainer.start_at(_join_step(spec, join))
-        run.log(StartedFromMerged(step=trainer.step))
+        kept = len(trainer.members[k].buffer)
+        run.log(StartedFromMerged(step=trainer.step, lane=lane, buffer=kept))
+        return start
     else:
         # Fresh: from the run's start weights where it has them (--load), in step with the
         # others when restarted before any merge.

@@ -14,13 +14,14 @@ import time
 from typing import Any
 
 from agent.errors import ConfigError
-from workers.rundir.directory import save_checkpoint, state_bytes
-from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_knobs
-from workers.rundir.paths import checkpoint_path
+from workers.rundir.directory import load_state, save_checkpoint, state_bytes
+from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_record
+from workers.rundir.paths import checkpoint_path, merged_path
 from workers.rundir.rank_records import forward_records
 from workers.rundir.records import (
     Checkpoint,
     FirstUpdate,
+    KnobRecord,
     KnobsApplied,
     KnobsRefused,
     Pause,
@@ -29,6 +30,7 @@ from workers.rundir.records import (
     Seeding,
 )
 from workers.training.disk_guard import DiskGuard
+from workers.training.first_weights import StartState
 from workers.training.loop_hooks import StopTraining
 from workers.training.merge_rounds import MergeRounds
 from workers.training.rank_sync import rank0_knob_record, rejoin_job
@@ -53,12 +55,13 @@ class WorkerHooks:
         pause: Any,
         stop: Any,
         terminated: Any = None,
-        start_knobs: tuple[int, int] | None = None,
+        start: StartState | None = None,
         started: float | None = None,
     ):
         """`pause`, `stop`: the run's events; `terminated`: set when this process was sent
-        SIGTERM. `start_knobs`: (knob version, merge_every) these workers last applied, from
-        their checkpoints. `started`: time.time() when the process started."""
+        SIGTERM. `start`: how these workers started (the knobs and pool their checkpoints
+        applied last; whether they joined with the pool's weights). `started`: time.time()
+        when the process started."""
         specs = [link.spec for link in links]
         spec = specs[0]  # run-wide fields are the same in every worker's spec
         self.links, self.specs, self.spec, self.trainer = links, specs, spec, trainer
@@ -74,7 +77,12 @@ class WorkerHooks:
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
-        self.knob_version, self.merge_every = start_knobs or (-1, spec.merge_every)
+        start = start or StartState()
+        self.knob_version = start.knob_version
+        self.merge_every = start.merge_every or spec.merge_every
+        # The merge pool (the knob version that formed it, the lane) and the agent step at
+        # which these workers entered it: merge rounds are counted from there.
+        self.pool, self.lane, self.pool_base = start.pool, start.lane, start.pool_base
         if spec.distributed and spec.resume:
             rejoin_job(trainer, spec.job_path, len(specs))
         self.rounds = (
@@ -82,17 +90,27 @@ class WorkerHooks:
             if any(sp.merge_with for sp in specs)
             else None
         )
-        self.last_round = trainer.step // self.merge_every
+        if self.rounds is not None and start.joined:
+            self.rounds.joined_updates = trainer.updates
+        self.last_round = self._round()
         self.last_sync = trainer.step // SYNC_STEPS
         self.last_phase_record = -math.inf
         self.next_checkpoint = (trainer.step // spec.checkpoint_every + 1) * spec.checkpoint_every
         if spec.distributed:
             self._shared_knobs()
             return
-        good = self.knobs.last_good(trainer.agent.cfg)  # knobs.json, or its history if damaged
-        if good is not None and good[0] > self.knob_version:
+        # knobs.json, or its history if damaged
+        good = self.knobs.last_good_record(trainer.agent.cfg)
+        if good is not None and good.version > self.knob_version:
             self.apply_knobs(good)
+        elif good is not None:  # the pool (and lane) the record says, with the values in force
+            self._enter_pool(good)
         self.apply_knobs()
+
+    def _round(self) -> int:
+        """The merge round these workers are in: merge_every agent steps since they entered
+        their pool."""
+        return (self.trainer.step - self.pool_base) // self.merge_every
 
     def _shared_knobs(self) -> None:
         """A rank of a torchrun job takes rank 0's knob record (at the start, every merge
@@ -100,7 +118,7 @@ class WorkerHooks:
         step (when the rounds fall depends on merge_every: the ranks must agree on it)."""
         record = rank0_knob_record(self.knobs, self.trainer.agent.cfg)
         if record is not None and record[0] > self.knob_version:
-            self.apply_knobs(record)
+            self.apply_knobs(KnobRecord(version=record[0], values=record[1]))
 
     def set(self, **values: float) -> None:
         """The same values in every worker's snapshot."""
@@ -111,9 +129,10 @@ class WorkerHooks:
         """The knob values this worker runs with now."""
         return run_knobs(self.trainer.agent.cfg, self.merge_every)
 
-    def apply_knobs(self, record: tuple[int, dict] | None = None) -> None:
-        """Apply the newest knob record (or `record`: version, values) between agent steps:
-        the planner's knobs through the agent's config, the merge frequency here."""
+    def apply_knobs(self, record: KnobRecord | None = None) -> None:
+        """Apply the newest knob record (or `record`) between agent steps: the values of these
+        workers' lane (a pack is in one lane), the planner's through the agent's config, the
+        merge frequency here; and the lane's merge pool when the race's layout changed."""
         if record is None:
             try:
                 record = self.knobs.poll(self.knob_version)
@@ -122,26 +141,56 @@ class WorkerHooks:
                 return
             if record is None:
                 return
-        version, values = record
+        version, mine = record.version, record.values_for(self.spec.index)
         try:
             # Validated when written; a damaged or hand-edited record is refused, reported.
-            values = validate_knobs(self.trainer.agent.cfg, values)
+            record = validate_record(self.trainer.agent.cfg, record)
         except ConfigError as err:
-            knob = err.field if err.field in values else None
-            self._refused(version, str(err), knob, values.get(knob))
+            knob = err.field if err.field in mine else None
+            self._refused(version, str(err), knob, mine.get(knob))
             self.knob_version = version
             return
+        values = record.values_for(self.spec.index)
         self.trainer.agent.set_knobs(**agent_knobs(values))
         merge_every = int(values.get("merge_every", self.merge_every))
         if merge_every != self.merge_every:
             # Rounds are counted in the new unit from here on, the same way by every worker.
             self.merge_every = merge_every
-            self.last_round = self.trainer.step // merge_every
+            self.last_round = self._round()
+        self._enter_pool(record)
         self.knob_version = version
+        lane = record.lane_of(self.spec.index)
         self.trainer.log_all(
-            KnobsApplied(step=self.trainer.step, version=version, values=dict(values))
+            KnobsApplied(step=self.trainer.step, version=version, values=dict(values), lane=lane)
         )
         self.set(knob_version=version)
+
+    def _enter_pool(self, record: KnobRecord) -> None:
+        """Follow the record's layout: a new pool (a race's start, a promotion) is entered at
+        this step; a race's lanes all start from the weights the run merged last."""
+        if self.rounds is None or self.spec.distributed:
+            return
+        lane = record.lane_of(self.spec.index)
+        # A lane's workers are the record's; the run's pool follows merge/members.json.
+        workers = record.lanes[lane] if lane is not None else self.specs[0].merge_with
+        if (record.pool, lane) == (self.pool, self.lane):
+            if lane is not None:  # workers added to the lane, or taken out
+                self.rounds.backend.lane_workers = set(workers)
+            return
+        if record.lanes and record.pool > self.pool:
+            self._take_merged(self.lane)
+        self.pool, self.lane, self.pool_base = record.pool, lane, self.trainer.step
+        self.rounds.enter_pool(lane, record.pool, list(workers))
+        self.last_round = self._round()
+
+    def _take_merged(self, lane: int | None) -> None:
+        """The merged weights of the pool these workers leave (if it merged yet)."""
+        path = merged_path(self.spec.run_path, lane)
+        if not path.exists():
+            return
+        agent = self.trainer.agent
+        weights = load_state(path, agent.device)["model"]
+        agent.load_model_state(agent.checked_model_state(weights), self.rounds.merging)
 
     def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
         """Record a knob record this worker does not apply: the values in force stay."""
@@ -178,6 +227,7 @@ class WorkerHooks:
             path.parent.mkdir(exist_ok=True)
             state = self.trainer.state_dict(k)  # its "knobs": the agent's values in force
             state.update(knob_version=self.knob_version, merge_every=self.merge_every)
+            state.update(pool=self.pool, lane=self.lane, pool_base=self.pool_base)
             data = state_bytes(state)
             # The previous one stays until this one is complete; a full disk: wait, retry.
             member.run_dir.guarded(path, len(data), lambda p=path, d=data: save_checkpoint(p, d))
@@ -249,7 +299,7 @@ class WorkerHooks:
         self.disk.resumed(trainer.step)
         if not self.spec.distributed:
             self.apply_knobs()
-        round_ = trainer.step // self.merge_every
+        round_ = self._round()
         merged = self.rounds is not None and round_ > self.last_round
         if merged:
             self.rounds.merge(round_)

@@ -37,9 +37,13 @@ class MergeRounds:
         # Positions (in the pack) of the workers that merge: the control worker does not.
         self.merging = [k for k, sp in enumerate(specs) if sp.merge_with]
         merge_with = next(sp.merge_with for sp in specs if sp.merge_with)
+        self.stopping = stopping
         self.backend = FileMergeBackend(
             spec.run_path, list(merge_with), spec.merge_timeout_s, stop=stopping
         )
+        # The trainer's update count when these workers joined a pool with its weights (added,
+        # restarted): until they update, their weights are the pool's and stay out of the mean.
+        self.joined_updates: int | None = None
         # A rank of a torchrun job merges with the other ranks in a collective; the file
         # backend then only publishes the merged weights (rank 0: for the showcase).
         self.collective = (
@@ -48,6 +52,22 @@ class MergeRounds:
             else None
         )
         self.merges = 0
+
+    def enter_pool(self, lane: int | None, pool: int, workers: list[int]) -> None:
+        """Merge from now on in pool `pool`: lane `lane`'s (its `workers`), or the run's."""
+        spec = self.specs[0]
+        self.backend = FileMergeBackend(
+            spec.run_path, workers, spec.merge_timeout_s, self.stopping, lane, pool
+        )
+
+    def joining(self) -> str | None:
+        """Why these workers stay out of the mean this round, if they do."""
+        if self.joined_updates is None:
+            return None
+        if self.trainer.updates > self.joined_updates:
+            self.joined_updates = None
+            return None
+        return "joined the pool and has made no update of its own yet"
 
     def merge(self, round_: int) -> None:
         """A merge round: a pack averages its merging workers on the device; with workers in
@@ -89,7 +109,13 @@ class MergeRounds:
             try:
                 result = self._guarded(
                     lambda: self.backend.merge(
-                        own[0], round_, state, t.step, tuple(participants), tuple(own)
+                        own[0],
+                        round_,
+                        state,
+                        t.step,
+                        tuple(participants),
+                        tuple(own),
+                        joining=self.joining(),
                     )
                 )
             except MergeCancelled:

@@ -88,12 +88,10 @@ def worker_main(links: list[WorkerLink], pause: Any, stop: Any) -> None:
             attach_exporters(
                 run, cfgs[0], tensorboard=sp.tensorboard, wandb=sp.wandb, worker=sp.index
             )
-        start_knobs = None
+        start = None
         for k, link in enumerate(links):
-            start_knobs = start_worker(link.spec, trainer, k, link.join) or start_knobs
-        hooks = WorkerHooks(
-            links, trainer, pause, stop, terminated, start_knobs=start_knobs, started=started
-        )
+            start = start_worker(link.spec, trainer, k, link.join) or start
+        hooks = WorkerHooks(links, trainer, pause, stop, terminated, start=start, started=started)
         summary = trainer.run(hooks)
         hooks.checkpoint()
         set_state("stopped" if summary["interrupted"] else "done")
