@@ -31,6 +31,7 @@ from viewer.panels.charts import ChartsPanel
 from viewer.panels.controls import ControlsPanel
 from viewer.panels.dialogs import DialogsPanel
 from viewer.panels.knobs import KnobsPanel
+from viewer.panels.race import RacePanel
 from viewer.panels.showcase import FRAME_H, FRAME_W, ShowcasePanel
 from viewer.panels.status import StatusPanel
 from viewer.panels.workers import WorkersPanel
@@ -41,6 +42,7 @@ from viewer.view import View
 __all__ = ["App", "FRAME_H", "FRAME_W"]
 
 TITLE = "TD-MPC2 Live"
+UI_MAP_S = 2.0  # with TDMPC2_LIVE_UI_MAP (tests): the map is written again this often
 NO_WATCH_IDLE_S = 0.2  # without an input watch, input is noticed only at a frame: draw often
 
 
@@ -75,10 +77,15 @@ class App:
         self.controls = ControlsPanel(controller)
         self.charts = ChartsPanel(controller, self._layout)
         self.workers = WorkersPanel(self.styles, self._layout)
+        self.race = RacePanel(controller, self.styles, self._layout)
         self.dialogs = DialogsPanel(
-            controller, self.styles, self._quit, self.showcase.window_screenshot
+            controller,
+            self.styles,
+            self._quit,
+            self.showcase.window_screenshot,
+            self.race.show_dialog,
         )
-        self.panels: list[Panel] = [self.status, self.charts, self.knobs, self.workers]
+        self.panels: list[Panel] = [self.status, self.charts, self.knobs, self.race, self.workers]
         self.panels += [self.controls, self.showcase, self.dialogs]
 
     @property
@@ -107,9 +114,11 @@ class App:
                     self.controls.build()
                 with dpg.child_window(tag="right", border=False):
                     self.charts.build()
+                    self.race.build()
                     self.workers.build()
             self.status.build()
         self.dialogs.build()
+        self.race.build_dialog()
         self._build_shortcuts()
         dpg.set_primary_window("main", True)
         icon = str(theme.ICON) if theme.ICON.exists() else ""
@@ -148,6 +157,10 @@ class App:
             dpg.add_mouse_click_handler(callback=self._activity)
             dpg.add_key_down_handler(callback=self._activity)
 
+    def _typing(self) -> bool:
+        """A dialog with text fields is open: keys are its, not shortcuts."""
+        return self.dialogs.typing() or self.race.typing()
+
     # layout --------------------------------------------------------------------------
     def _layout(self) -> None:
         width = dpg.get_viewport_client_width()
@@ -157,7 +170,8 @@ class App:
         dpg.configure_item("left", width=left, height=body)
         dpg.configure_item("right", width=max(300, width - left - 28), height=body)
         self.showcase.fit(left - 24, body)
-        self.charts.fit(body, self.workers.rows)
+        race_rows = self.race.rows + 3 if self.race.shown else 0  # title, header, promote
+        self.charts.fit(body, self.workers.rows + race_rows)
 
     # the frame loop ------------------------------------------------------------------
     def run(self) -> dict:
@@ -173,7 +187,7 @@ class App:
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
         start = last = next_due = time.perf_counter()
-        self._ui_map_written = False
+        next_ui_map = 0.0
         frames = 0
         try:
             while dpg.is_dearpygui_running() and not self.quit_requested:
@@ -196,8 +210,8 @@ class App:
                     end = time.perf_counter()
                     self.frame_times.append(end - last)
                     last = end
-                if frames == 30 and self.ui_map_path and not self._ui_map_written:
-                    self._ui_map_written = True
+                if frames >= 30 and self.ui_map_path and time.monotonic() >= next_ui_map:
+                    next_ui_map = time.monotonic() + UI_MAP_S
                     self._write_ui_map()
                 # vsync does not cap the loop under Xvfb: sleep until the next frame is due
                 # (a deadline, so sleep overshoot does not pull the rate below the cap).
@@ -278,11 +292,11 @@ class App:
         return self.input_watch.poll(width, height)
 
     def _key_space(self, *_) -> None:
-        if not self.dialogs.typing():
+        if not self._typing():
             self.showcase.toggle_render()
 
     def _key_backspace(self, *_) -> None:
-        if not self.dialogs.typing() and not self.knobs.active():
+        if not self._typing() and not self.knobs.active():
             self.controller.reset_showcase()
 
     def _key_ctrl(self, action: Callable) -> Callable:
@@ -296,12 +310,16 @@ class App:
         self.quit_requested = True
 
     def _write_ui_map(self) -> None:
-        """Screen rectangles of the main controls, for end-to-end tests that drive real input."""
+        """Screen rectangles of the main controls, for end-to-end tests that drive real input,
+        and the race table's texts ("texts": what the window shows, read back)."""
         tags = ["viewport_draw", "render_pause", "record", "train_pause", "worker_table"]
-        tags += self.knobs.tags + self.charts.tags
+        tags += ["promote", "knob_lane"] + self.knobs.tags + self.charts.tags
         rects = {}
         for tag in tags:
             state = dpg.get_item_state(tag)
-            if "rect_min" in state:
+            if "rect_min" in state and state.get("visible", True):
                 rects[str(tag)] = [*state["rect_min"], *state["rect_size"]]
-        Path(self.ui_map_path).write_text(json.dumps(rects))
+        rects["texts"] = {"race": self.race.texts()}
+        path = Path(self.ui_map_path)
+        path.with_suffix(".tmp").write_text(json.dumps(rects))
+        path.with_suffix(".tmp").replace(path)  # a reader never sees half of it

@@ -4,21 +4,25 @@ The frame loop never waits on a worker or on disk: it queues commands here (knob
 checkpoint, stop, new run) and reads `view`, a latest-wins snapshot that this thread rebuilds a
 few times a second from the run's events and progress. Frames come straight from shared memory
 through `read_frame`, which never blocks.
+Over 300 lines because every command the window sends runs on its one thread, here.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
 from viewer.machine_use import MachineUse
 from viewer.model import RunModel
 from viewer.series import published_curve
-from viewer.view import ChartOptions, View
+from viewer.view import ChartOptions, RaceView, View
 from workers.cli.presets import UserError
 from workers.run.base import BaseRun
+from workers.run.race import check_race, sharing
+from workers.rundir.lanes import describe_lane
 from workers.rundir.requests import served_notice
 
 POLL_S = 0.25
@@ -51,8 +55,29 @@ class Controller:
         """Stop the current run (if any) and start the one `make_run` creates or resumes."""
         self._commands.put(lambda: self._open(make_run))
 
-    def set_knobs(self, **changes: object) -> None:
-        self._commands.put(lambda: self._set_knobs(changes))
+    def set_knobs(self, lane: int | None = None, **changes: object) -> None:
+        """New knob values, for lane `lane` of a race or (None) for every worker."""
+        self._commands.put(lambda: self._set_knobs(changes, lane))
+
+    def start_race(self, lane_changes: list[dict]) -> None:
+        """Split the run's workers into len(lane_changes) lanes, each with its changes."""
+        self._commands.put(lambda: self._start_race(lane_changes))
+
+    def promote(self, lane: int) -> None:
+        self._commands.put(lambda: self._promote(lane))
+
+    def race_problem(self, lanes: int) -> str | None:
+        """Why the run cannot race in `lanes` lanes now (None: it can). Reads settings only."""
+        run = self._run
+        if run is None:
+            return "no run: start one first"
+        if run.race.record().lanes:
+            return "a race is on: promote a lane to end it first"
+        try:
+            check_race(run.settings, lanes)
+        except UserError as err:
+            return str(err)
+        return None
 
     def pause(self, paused: bool) -> None:
         self._commands.put(lambda: self._call("pause" if paused else "resume_training"))
@@ -144,11 +169,27 @@ class Controller:
             return
         self._stop_run()
 
-    def _set_knobs(self, changes: dict) -> None:
+    def _set_knobs(self, changes: dict, lane: int | None = None) -> None:
         if self._run is not None:
-            version = self._run.set_knobs(**changes)
+            version = self._run.set_knobs(lane=lane, **changes)
+            text = ", ".join(f"{k}={v}" for k, v in changes.items())
+            where = "" if lane is None else f" (lane {lane})"
+            self.notices.put(f"knobs v{version}{where}: {text}")
+
+    def _start_race(self, lane_changes: list[dict]) -> None:
+        if self._run is not None:
+            version = self._run.race.start(lane_changes)
+            lanes = "; ".join(
+                f"lane {n}: {describe_lane(c) or 'as the run'}" for n, c in enumerate(lane_changes)
+            )
+            self.notices.put(f"race started (knobs v{version}), from the merged weights: {lanes}")
+
+    def _promote(self, lane: int) -> None:
+        if self._run is not None:
+            version = self._run.race.promote(lane)
             self.notices.put(
-                "knobs v{}: {}".format(version, ", ".join(f"{k}={v}" for k, v in changes.items()))
+                f"lane {lane} promoted (knobs v{version}): its values for every worker; the "
+                "next merge averages them all"
             )
 
     def _restart_crashed(self) -> None:
@@ -196,6 +237,8 @@ class Controller:
         self._cameras = run.camera_names()
         published = published_curve(run.cfg.task)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
+        if published is not None:  # the race table's thresholds are fractions of its end
+            self._model.race.published_final = float(published[1][-1])
         self._phase = "running"
         verb = run.wording.opened
         count = f"{workers} worker{'s' * (workers != 1)}"
@@ -241,6 +284,17 @@ class Controller:
         in_run = [p for p in progress if p["state"] != "removed"]
         version, requested = run.knob_values()  # damaged: the last good values
         merges, knob_marks, _ = model.marks(o.wall_axis)
+        record = run.race.record()
+        race, returns = None, model.return_lines(o.wall_axis, o.smoothing)
+        if record.lanes:
+            rows = model.race.rows(record, in_run, time.time())
+            thresholds = model.race.thresholds(rows)
+            race = RaceView(
+                len(record.lanes), rows, thresholds, sharing(run.settings, run.cfg, record)
+            )
+            start = model.race.start_time(record)
+            if o.by_lane and start is not None:
+                returns = model.lane_lines(rows, o.wall_axis, start)
         self.view = View(
             **base,
             task=run.cfg.task,
@@ -248,12 +302,12 @@ class Controller:
             wording=run.wording,
             paused=run.is_paused(),
             workers=model.worker_rows(progress),
-            knobs=model.knob_rows(requested, in_run),
+            knobs=model.knob_rows(requested, in_run, record),
             knob_version=version,
             startup=model.startup(in_run, run.cfg.resolved_seed_steps)
             if self._phase == "running"
             else None,
-            returns=model.return_lines(o.wall_axis, o.smoothing),
+            returns=returns,
             speed=model.speed_lines(o.wall_axis),
             losses=model.loss_lines(o.loss, o.wall_axis, o.smoothing),
             distances=model.distance_lines(o.wall_axis),
@@ -265,4 +319,5 @@ class Controller:
             error_count=model.error_count,
             cameras=self._cameras,
             sources=["merged"] + [model.worker_label(w) for w in range(run.settings.workers)],
+            race=race,
         )

@@ -2,6 +2,7 @@
 
 No Dear PyGui here (napari's rule: test the model, not the widgets). The controller thread feeds
 events in; the window asks for chart lines, worker rows, knob rows and the start-up progress.
+Over 300 lines because every chart, table and knob row reads the same ingested events.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from dataclasses import dataclass, field
 
 from agent.knobs import knobs
 from viewer.series import Series, chart_line
+from workers.run.race_table import LaneRow, RaceTracker
 from workers.rundir.records import (
     Crashed,
     Episode,
     Error,
     Eval,
+    KnobRecord,
     KnobsApplied,
     KnobsRefused,
     Merge,
@@ -43,6 +46,8 @@ class KnobRow:
     requested: float
     applied: list[float | None]  # per worker: the value it runs with now (None: not known yet)
     error: str | None = None  # a knob record the workers refused: what, and what stays
+    lanes: list[str] = field(default_factory=list)  # in a race: each lane's value (and "now")
+    lane_requested: list[float] = field(default_factory=list)  # in a race: each lane's value
 
     @property
     def pending(self) -> bool:
@@ -82,6 +87,8 @@ class RunModel:
     error_count: int = 0  # errors ever seen (`errors` keeps the newest 200)
     # Refused knob records: knob (None: the whole record unreadable) -> (version, text).
     knob_errors: dict = field(default_factory=dict)
+    lane_of: dict[int, int | None] = field(default_factory=dict)  # as each worker applied last
+    race: RaceTracker = field(default_factory=RaceTracker)
     _merge_rounds: set = field(default_factory=set)
     _knob_versions: set = field(default_factory=set)
     _told: set = field(default_factory=set)
@@ -89,6 +96,7 @@ class RunModel:
     def ingest(self, records: list[Record]) -> None:
         for record in records:
             self._ingest_one(record)
+        self.race.ingest(records)
         self.events_seen += len(records)
 
     def _ingest_one(self, r: Record) -> None:
@@ -140,6 +148,7 @@ class RunModel:
 
     def _knobs_applied(self, r: KnobsApplied, step: float, wall: float) -> None:
         self.applied[r.worker] = {"version": r.version, **r.values}
+        self.lane_of[r.worker] = r.lane
         for knob, (version, _) in list(self.knob_errors.items()):
             if r.version > version:  # a good record replaced it
                 del self.knob_errors[knob]
@@ -167,7 +176,22 @@ class RunModel:
         return chart_line(series, wall_axis, weight, max_points, self.start_time or 0.0)
 
     def worker_label(self, worker: int) -> str:
-        return f"worker {worker}" + (" (control)" if worker == self.control_worker else "")
+        lane = self.lane_of.get(worker)
+        if worker == self.control_worker:
+            return f"worker {worker} (control)"
+        return f"worker {worker}" + ("" if lane is None else f" (lane {lane})")
+
+    def lane_lines(self, rows: list[LaneRow], wall_axis: bool, race_start: float) -> dict:
+        """One line per lane in a race: its smoothed return (the race table's), against wall
+        time from the run's start or the lane's mean agent step."""
+        offset = race_start - (self.start_time or race_start)
+        lines = {}
+        for row in sorted(rows, key=lambda r: r.lane):
+            xs = (
+                [t + offset for t, _, _ in row.curve] if wall_axis else [s for _, s, _ in row.curve]
+            )
+            lines[f"lane {row.lane}"] = (xs, [v for _, _, v in row.curve])
+        return lines
 
     def return_lines(self, wall_axis: bool, weight: float, max_points: int = 2000) -> dict:
         """Episode return per worker, eval return (mean over workers) and the showcase's."""
@@ -219,6 +243,7 @@ class RunModel:
             rows.append(
                 {
                     "worker": self.worker_label(w),
+                    "lane": "-" if self.lane_of.get(w) is None else str(self.lane_of[w]),
                     "state": state,
                     "step": f"{int(p.get('step', 0)):,}",
                     "speed": f"{p.get('steps_per_s', 0.0):.1f}/s",
@@ -229,15 +254,30 @@ class RunModel:
             )
         return rows
 
-    def knob_rows(self, requested: dict, progress: list[dict]) -> list[KnobRow]:
-        """Requested value of each knob versus what each worker applied last."""
+    def knob_rows(
+        self, requested: dict, progress: list[dict], record: KnobRecord | None = None
+    ) -> list[KnobRow]:
+        """Requested value of each knob versus what each worker applied last; in a race
+        (`record` with lanes) also each lane's value, and what its workers run with now."""
         rows = []
+        lanes = record.lanes if record is not None else ()
         for name, label in window_knobs().items():
             if name not in requested:
                 continue
             applied = [self.applied.get(p["worker"], {}).get(name) for p in progress]
             error = self.knob_errors.get(name, self.knob_errors.get(None, (None, None)))[1]
-            rows.append(KnobRow(name, label, requested[name], applied, error))
+            per_lane, lane_requested = [], []
+            for n, workers in enumerate(lanes):
+                value = record.lane_values[n][name]
+                lane_requested.append(value)
+                now = {self.applied.get(w, {}).get(name) for w in workers} - {None}
+                text = _number(value)
+                if now and now != {value}:
+                    text += f" (now {'/'.join(_number(v) for v in sorted(now))})"
+                per_lane.append(text)
+            rows.append(
+                KnobRow(name, label, requested[name], applied, error, per_lane, lane_requested)
+            )
         return rows
 
     def startup(self, progress: list[dict], cfg_seed_steps: int) -> tuple[float, str] | None:

@@ -26,7 +26,9 @@ from workers.cli.presets import (
     preset_config,
 )
 from workers.run.owner import Run, RunSettings
+from workers.run.race import check_race
 from workers.run.start_weights import read_start_weights
+from workers.rundir.lanes import parse_lane
 
 
 def initial_run(args: argparse.Namespace) -> Callable[[], Run]:
@@ -61,8 +63,10 @@ def new_run(
     device: str,
     run_dir: str | None,
     cpu_planning: bool,
+    lanes: str = "",
 ) -> Callable[[], Run]:
-    """A new run chosen in the window's dialog; the config is checked now."""
+    """A new run chosen in the window's dialog; the config and the lanes (KEY=VALUE,... per
+    lane, lanes apart by ';') are checked now."""
     overrides = dict(CPU_DEMO_OVERRIDES) if cpu_planning else {}
     preset = Preset(task, model_size, workers, overrides, merge_every)
     cfg = preset_config(preset, device=device)
@@ -73,7 +77,10 @@ def new_run(
         pack=0,  # Run.create picks: a pack per GPU with CUDA, one process per worker on a CPU
     )
     path = Path(run_dir) if run_dir else default_run_dir(task)
-    return lambda: Run.create(path, cfg, settings)
+    race = [parse_lane(text) for text in lanes.split(";")] if lanes.strip() else None
+    if race:
+        check_race(settings, len(race))
+    return lambda: Run.create(path, cfg, settings, lanes=race)
 
 
 def resume_run(path: str) -> Callable[[], Run]:

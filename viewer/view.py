@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from viewer.model import KnobRow
+from workers.run.race_table import LaneRow
 from workers.run.wording import OWNED, Wording
 
 
@@ -14,6 +15,18 @@ class ChartOptions:
     wall_axis: bool = False
     smoothing: float = 0.0
     loss: str = "total_loss"
+    by_lane: bool = False  # in a race: one return line per lane instead of per worker
+
+
+@dataclass(frozen=True)
+class RaceView:
+    """A race as the window shows it: the table's rows (best first) and how lanes share the
+    machine."""
+
+    lanes: int
+    rows: list[LaneRow]
+    thresholds: list[float]
+    sharing: str
 
 
 @dataclass(frozen=True)
@@ -43,3 +56,4 @@ class View:
     cameras: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     machine: str = ""
+    race: RaceView | None = None  # None: the run is no race

@@ -150,3 +150,74 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         assert checkpoint.exists() and checkpoint.stat().st_mtime >= before_close
         assert records(run, "checkpoint", w)[-1]["time"] >= before_close - 1
     assert json.loads(stats.read_text())["frames"] > 0
+
+
+def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
+    run = tmp_path / "run"
+    ui_map = tmp_path / "ui.json"
+    server, display = start_xvfb()
+    env = {
+        **os.environ,
+        "DISPLAY": display,
+        "TDMPC2_LIVE_NO_BOOTSTRAP": "1",
+        "OMP_NUM_THREADS": "1",
+        "TDMPC2_LIVE_UI_MAP": str(ui_map),
+    }
+
+    def x(*args: str) -> str:
+        return subprocess.run(
+            args, env=env, check=True, capture_output=True, text=True, timeout=120
+        ).stdout
+
+    lanes = ["--lane", "iterations=1", "--lane", "iterations=2"]
+    app = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), *TINY, *lanes, "--run-dir", str(run)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def race_rows() -> list[list[str]]:
+        try:
+            return json.loads(ui_map.read_text())["texts"]["race"]
+        except (OSError, ValueError, KeyError):
+            return []
+
+    def both_lanes_ranked():
+        rows = race_rows()
+        # columns: leader, lane, knobs, steps, steps/s, return, eval, 3 thresholds, area
+        lanes = {row[1]: row for row in rows}
+        ready = set(lanes) == {"0", "1"} and all(
+            row[5] != "-" and int(row[3].replace(",", "")) > 0 for row in rows
+        )
+        return lanes if ready else None
+
+    try:
+        lanes_shown = wait_for(both_lanes_ranked, 300, "the race table to rank both lanes")
+        assert lanes_shown["0"][2] == "iterations=1" and lanes_shown["1"][2] == "iterations=2"
+        assert sum(row[0] == "leads" for row in lanes_shown.values()) == 1
+        screen_png = tmp_path / "race.png"
+        x("import", "-display", display, "-window", "root", str(screen_png))
+        assert iio.imread(screen_png).std() > 5
+
+        # Promote lane 0 (chosen by default) with a real click.
+        window = x("xdotool", "search", "--name", "TD-MPC2 Live").split()[0]
+        left, top, width, height = json.loads(ui_map.read_text())["promote"]
+        x("xdotool", "mousemove", "--window", window, str(left + width // 2), str(top + 8))
+        x("xdotool", "click", "1")
+
+        def promoted() -> bool:
+            history = [json.loads(line) for line in (run / "knobs.jsonl").read_text().splitlines()]
+            return history[-1]["event"] == "promote" and history[-1]["lane"] == 0
+
+        wait_for(promoted, 60, "lane 0 promoted")
+        wait_for(lambda: not race_rows(), 60, "the race table to go once the race ended")
+        x("xdotool", "key", "--window", window, "ctrl+q")
+        assert app.wait(180) == 0, app.stderr.read()
+    finally:
+        if app.poll() is None:
+            app.kill()
+        server.terminate()
+    applied = records(run, "knobs_applied", 1)
+    assert applied[-1]["values"]["iterations"] == 1 and applied[-1].get("lane") is None

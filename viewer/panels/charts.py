@@ -56,6 +56,9 @@ class ChartsPanel:
                 callback=self._on_options,
             )
             dpg.add_checkbox(label="autoscale", tag="autoscale", default_value=True)
+            dpg.add_checkbox(label="by lane", tag="by_lane", show=False, callback=self._on_options)
+            with dpg.tooltip("by_lane"):
+                dpg.add_text("In a race: one line per lane, the race table's smoothed return.")
             dpg.add_text("", tag="published_note")  # when the task has no published curve
         with dpg.tab_bar(tag="tabs"):
             with dpg.tab(label="Steps/s"):
@@ -102,6 +105,9 @@ class ChartsPanel:
             dpg.set_value("startup_bar", fraction)
             dpg.configure_item("startup_bar", overlay=f"{fraction * 100:.0f}%")
         autoscale = dpg.get_value("autoscale")
+        racing = view.race is not None
+        if dpg.is_item_shown("by_lane") != racing:
+            dpg.configure_item("by_lane", show=racing)
         extra = {"published TD-MPC2 (5M, 3 seeds)": view.published} if view.published else {}
         dpg.set_value("published_note", view.published_note)
         self.plots["returns"].update(
@@ -131,4 +137,5 @@ class ChartsPanel:
             wall_axis=dpg.get_value("x_axis") == "wall time",
             smoothing=float(dpg.get_value("smoothing")),
             loss=dpg.get_value("loss_name"),
+            by_lane=bool(dpg.get_value("by_lane")),
         )

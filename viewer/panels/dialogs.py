@@ -46,11 +46,13 @@ class DialogsPanel:
         styles: TextStyles,
         quit: Callable[[], None],
         window_screenshot: Callable[[], None],
+        start_race: Callable[[], None],
     ) -> None:
         self.controller = controller
         self.styles = styles
         self.quit = quit
         self.window_screenshot = window_screenshot
+        self.start_race = start_race  # opens the race dialog (viewer/panels/race.py)
 
     def build_menu(self) -> None:
         """The main window's menu bar (built inside it, before its other widgets)."""
@@ -66,6 +68,7 @@ class DialogsPanel:
                     callback=lambda: self.pick_directory("attach"),
                 )
                 dpg.add_separator()
+                dpg.add_menu_item(label="Start a race...", callback=lambda: self.start_race())
                 dpg.add_menu_item(label="Save checkpoint", callback=self.controller.checkpoint)
                 dpg.add_menu_item(label="Stop run", callback=self.controller.stop)
                 dpg.add_separator()
@@ -111,6 +114,11 @@ class DialogsPanel:
                 step=merge.step,
             )
             dpg.add_checkbox(label="add a control worker (never merges)", tag="new_control")
+            dpg.add_input_text(
+                label="race lanes",
+                tag="new_lanes",
+                hint="iterations=2; iterations=6 (a lane per ';', empty: no race)",
+            )
             dpg.add_checkbox(
                 label="reduced planning for CPU (128 samples x 2 iterations)",
                 tag="new_cpu_planning",
@@ -162,6 +170,7 @@ class DialogsPanel:
                 device=dpg.get_value("new_device") or "auto",
                 run_dir=dpg.get_value("new_dir").strip() or None,
                 cpu_planning=bool(dpg.get_value("new_cpu_planning")),
+                lanes=dpg.get_value("new_lanes"),
             )
         except Exception as err:  # bad input: shown in the dialog, nothing started
             dpg.set_value("new_error", str(err))

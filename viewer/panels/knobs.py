@@ -1,5 +1,7 @@
 """The knob panel: one widget per live knob, the value each worker runs with beside it, and the
 debounce that sends a change once the slider rests (one knob version per gesture, not per pixel).
+In a race, a column per lane (its value, and what its workers run with until they apply it),
+and a choice of whom a change is for: one lane, or all.
 
 The panel learns which knobs exist, their order, labels, ranges and widget kind from the knob
 table (agent/knobs.py), through `knob_widgets()`.
@@ -16,6 +18,9 @@ import dearpygui.dearpygui as dpg
 from agent.knobs import knobs
 from viewer.panels import TextStyles
 from viewer.view import View
+from workers.run.race import MAX_LANES
+
+ALL_LANES = "all lanes"
 
 KNOB_DEBOUNCE_S = 0.35
 
@@ -48,7 +53,8 @@ class KnobsPanel:
         styles: TextStyles,
         knobs: Callable[[], list[KnobWidget]] = knob_widgets,
     ) -> None:
-        self.send = send  # the controller's set_knobs(**changes)
+        self.send = send  # the controller's set_knobs(lane=None, **changes)
+        self.lanes = 0  # lanes of the race shown (0: no race)
         self.styles = styles
         self._knobs = knobs
         self.knobs: list[KnobWidget] = []
@@ -64,12 +70,19 @@ class KnobsPanel:
         self.knobs = self._knobs()
         self._kinds = {knob.name: knob.kind for knob in self.knobs}
         dpg.add_spacer(height=4)
-        dpg.add_text("Speed knobs", tag="knobs_title")
-        self.styles.bind("knobs_title", "accent")
+        with dpg.group(horizontal=True):
+            dpg.add_text("Speed knobs", tag="knobs_title")
+            self.styles.bind("knobs_title", "accent")
+            dpg.add_combo([ALL_LANES], tag="knob_lane", default_value=ALL_LANES, width=110)
+            dpg.hide_item("knob_lane")
+            with dpg.tooltip("knob_lane"):
+                dpg.add_text("Whose knobs a change sets: one lane of the race, or every worker.")
         with dpg.table(header_row=False, tag="knob_table", policy=dpg.mvTable_SizingStretchProp):
             dpg.add_table_column(init_width_or_weight=1.1)
             dpg.add_table_column(init_width_or_weight=1.3)
-            dpg.add_table_column(init_width_or_weight=0.8)
+            dpg.add_table_column(init_width_or_weight=0.8, tag="knob_now_column")
+            for n in range(MAX_LANES):
+                dpg.add_table_column(init_width_or_weight=0.5, tag=f"knob_lane_column_{n}")
             for knob in self.knobs:
                 with dpg.table_row():
                     dpg.add_text(knob.label)
@@ -94,12 +107,41 @@ class KnobsPanel:
                     else:
                         dpg.add_slider_int(clamped=True, **kwargs)
                     dpg.add_text("", tag=f"knob_applied_{knob.name}")
+                    for n in range(MAX_LANES):
+                        dpg.add_text("", tag=f"knob_lane_{knob.name}_{n}")
+        self._show_lanes(0)
+
+    def _show_lanes(self, count: int) -> None:
+        """A column per lane of a race; the "now" column when there is none. (A table column
+        hides with enabled=False: its show flag leaves it drawn.)"""
+        self.lanes = count
+        dpg.configure_item("knob_now_column", enabled=count == 0)
+        for n in range(MAX_LANES):
+            dpg.configure_item(f"knob_lane_column_{n}", enabled=n < count)
+        names = [ALL_LANES] + [f"lane {n}" for n in range(count)]
+        dpg.configure_item("knob_lane", items=names, show=count > 0)
+        if dpg.get_value("knob_lane") not in names:
+            dpg.set_value("knob_lane", ALL_LANES)
+
+    def target(self) -> int | None:
+        """The lane a change is for (None: every worker)."""
+        chosen = dpg.get_value("knob_lane")
+        return None if self.lanes == 0 or chosen == ALL_LANES else int(chosen.split()[-1])
 
     def apply(self, view: View) -> None:
+        lanes = view.race.lanes if view.race is not None else 0
+        if lanes != self.lanes:
+            self._show_lanes(lanes)
+        lane = self.target()
         for row in view.knobs:
             tag = f"knob_{row.name}"
+            # All lanes: the first lane's value (each lane's is in its column).
+            lanes = row.lane_requested
+            shown = lanes[lane if lane is not None else 0] if lanes else row.requested
             if row.name not in self.pending and not dpg.is_item_active(tag):
-                dpg.set_value(tag, self._kinds[row.name](row.requested))
+                dpg.set_value(tag, self._kinds[row.name](shown))
+            for n, text in enumerate(row.lanes[:MAX_LANES]):
+                dpg.set_value(f"knob_lane_{row.name}_{n}", f"L{n} {text}")
             text = dpg.get_value(f"knob_applied_{row.name}")
             new = row.applied_text
             if text != new:
@@ -122,4 +164,4 @@ class KnobsPanel:
         if any(dpg.is_item_active(f"knob_{name}") for name in self.pending):
             return
         changes, self.pending = self.pending, {}
-        self.send(**changes)
+        self.send(lane=self.target(), **changes)

@@ -10,7 +10,7 @@ import dearpygui.dearpygui as dpg
 from viewer.panels import TextStyles
 from viewer.view import View
 
-COLUMNS = ("worker", "state", "step", "speed", "return", "merges")
+COLUMNS = ("worker", "lane", "state", "step", "speed", "return", "merges")
 
 
 class WorkersPanel:

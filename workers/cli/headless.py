@@ -21,6 +21,9 @@ def demo_requested(args: argparse.Namespace) -> bool:
     return args.task is None and args.model_size is None
 
 
+RACE_TABLE_S = 300.0  # a headless race prints its table this often
+
+
 def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
     """0 for a run that ended or was stopped as asked (SIGTERM, an attached window), 130
     after Ctrl+C, as shells expect of an interrupted program."""
@@ -68,10 +71,14 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     )
     progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_seed_steps, not args.quiet)
     interrupted = False
+    next_table = time.monotonic() + RACE_TABLE_S
     try:
         run.start()
         while any(w["alive"] for w in run.progress()) or run.restarting:
             time.sleep(0.5)  # requests from an attached window are served within this
+            if time.monotonic() >= next_table and not args.quiet:
+                next_table += RACE_TABLE_S
+                _print_race(run, progress.write)
             if _serve_requests(run, progress.write):  # a stop asked for: exit code 0
                 progress.write("stopping, as an attached window asked...")
                 run.stop()
@@ -91,10 +98,20 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         progress.close()
     if run.gone:  # said above; nothing to continue from where it was
         return 1
+    _print_race(run, lambda text: print(text, file=sys.stderr))
     if any(w["exitcode"] == DOES_NOT_FIT for w in run.progress()):
         return 1  # said above (the worker's line): the run cannot go on as it is
     print(f"{run.summary(interrupted)}; continue with --resume {run.path}", file=sys.stderr)
     return _exit_code(interrupted, stops)
+
+
+def _print_race(run, say: Callable[[str], None]) -> None:
+    """The race table, when the run races."""
+    from workers.run.race_table import race_of
+
+    table = race_of(run.path, run.race.record(), run.progress(), run.cfg.task)
+    if table:
+        say(f"race, best first (area: the smoothed return gathered over wall time):\n{table}")
 
 
 def _serve_requests(run, say: Callable[[str], None]) -> bool:

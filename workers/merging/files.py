@@ -15,6 +15,7 @@ showcase shows.
 A pack of workers in one process (agent/agent.py) averages its own workers first and takes part
 as one file: the mean of its finite workers, how many they are, and which indices it covers.
 A torch.distributed backend would do the same merge with an all-reduce.
+Over 300 lines because the mean and the file protocol that gathers its inputs share one page.
 
 In a race each lane is a pool of its own (merge/lane-L/): its workers merge only with each
 other. Every file carries the pool's number (the knob version that formed it), so that a new

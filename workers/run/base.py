@@ -2,8 +2,8 @@
 
 The owning run (owner.py Run) starts and watches the workers; an attached run
 (attached.py AttachedRun) watches another process's and passes its requests on. Both
-read the same records, set knobs the same way and have their own showcase. Over 300 lines
-because it is the whole interface both kinds of run share.
+read the same records, set knobs the same way and have their own showcase.
+Over 300 lines because it is the whole interface both kinds of run share.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 from agent.config import Config
 from agent.errors import ConfigError
+from workers.host.threads import choose_threads
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import deal_lanes
 from workers.rundir.records import KnobRecord
-from workers.rundir.settings import RunSettings
+from workers.rundir.settings import RunSettings, gpu_count
 
 MAX_LANES = 4  # what a window offers; the command line allows as many as there are workers
 
@@ -116,3 +117,20 @@ class RaceControl:
             )
         lanes = tuple(tuple(w for w in x if w != worker) for x in record.lanes)
         self.knobs.move_workers(self.cfg, lanes, self.in_force)
+
+
+def sharing(settings: RunSettings, cfg: Config, record: KnobRecord) -> str:
+    """How the lanes of a race share the machine, in one line (the window says it)."""
+    if not record.lanes:
+        return ""
+    sizes = "/".join(str(len(lane)) for lane in record.lanes)
+    if gpu_count(cfg):
+        return (
+            f"lanes of {sizes} workers; each lane its own pack (one process, one CUDA graph: "
+            "different planning shapes cannot share one), the same GPU share"
+        )
+    threads = choose_threads(len(settings.packs), settings.threads_per_worker or None).threads
+    return (
+        f"lanes of {sizes} workers; every worker a process of its own with {threads} torch "
+        f"thread{'s' * (threads != 1)} at the same CPU priority: equal compute per worker"
+    )

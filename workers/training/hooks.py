@@ -4,6 +4,7 @@ worker of a pack at the same step), a merge round every `merge_every` agent step
 (merge_rounds.py), checkpoints, pause and stop, the run-directory and disk checks
 (disk_guard.py), phase records and the shared snapshot. Apart from the process entry
 (process.py), which sets them up once and says how the process ended.
+Over 300 lines because every hook reads and changes the same state of the process's workers.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import time
 from typing import Any
 
 from agent.errors import ConfigError
-from workers.rundir.directory import load_state, save_checkpoint, state_bytes
+from workers.rundir.directory import save_checkpoint, state_bytes
 from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_record
-from workers.rundir.paths import checkpoint_path, merged_path
+from workers.rundir.paths import checkpoint_path
 from workers.rundir.rank_records import forward_records
 from workers.rundir.records import (
     Checkpoint,
@@ -80,18 +81,13 @@ class WorkerHooks:
         start = start or StartState()
         self.knob_version = start.knob_version
         self.merge_every = start.merge_every or spec.merge_every
-        # The merge pool (the knob version that formed it, the lane) and the agent step at
-        # which these workers entered it: merge rounds are counted from there.
-        self.pool, self.lane, self.pool_base = start.pool, start.lane, start.pool_base
         if spec.distributed and spec.resume:
             rejoin_job(trainer, spec.job_path, len(specs))
         self.rounds = (
-            MergeRounds(specs, trainer, self.set, self._stopping)
+            MergeRounds(specs, trainer, self.set, self._stopping, start)
             if any(sp.merge_with for sp in specs)
             else None
         )
-        if self.rounds is not None and start.joined:
-            self.rounds.joined_updates = trainer.updates
         self.last_round = self._round()
         self.last_sync = trainer.step // SYNC_STEPS
         self.last_phase_record = -math.inf
@@ -104,13 +100,19 @@ class WorkerHooks:
         if good is not None and good.version > self.knob_version:
             self.apply_knobs(good)
         elif good is not None:  # the pool (and lane) the record says, with the values in force
-            self._enter_pool(good)
+            self._follow_pool(good)
         self.apply_knobs()
 
     def _round(self) -> int:
         """The merge round these workers are in: merge_every agent steps since they entered
         their pool."""
-        return (self.trainer.step - self.pool_base) // self.merge_every
+        base = self.rounds.pool_base if self.rounds is not None else 0
+        return (self.trainer.step - base) // self.merge_every
+
+    def _follow_pool(self, record: KnobRecord) -> None:
+        """A new merge pool (a race's start, a promotion) is entered at this step."""
+        if self.rounds is not None and self.rounds.follow(record):
+            self.last_round = self._round()
 
     def _shared_knobs(self) -> None:
         """A rank of a torchrun job takes rank 0's knob record (at the start, every merge
@@ -157,40 +159,13 @@ class WorkerHooks:
             # Rounds are counted in the new unit from here on, the same way by every worker.
             self.merge_every = merge_every
             self.last_round = self._round()
-        self._enter_pool(record)
+        self._follow_pool(record)
         self.knob_version = version
         lane = record.lane_of(self.spec.index)
         self.trainer.log_all(
             KnobsApplied(step=self.trainer.step, version=version, values=dict(values), lane=lane)
         )
         self.set(knob_version=version)
-
-    def _enter_pool(self, record: KnobRecord) -> None:
-        """Follow the record's layout: a new pool (a race's start, a promotion) is entered at
-        this step; a race's lanes all start from the weights the run merged last."""
-        if self.rounds is None or self.spec.distributed:
-            return
-        lane = record.lane_of(self.spec.index)
-        # A lane's workers are the record's; the run's pool follows merge/members.json.
-        workers = record.lanes[lane] if lane is not None else self.specs[0].merge_with
-        if (record.pool, lane) == (self.pool, self.lane):
-            if lane is not None:  # workers added to the lane, or taken out
-                self.rounds.backend.lane_workers = set(workers)
-            return
-        if record.lanes and record.pool > self.pool:
-            self._take_merged(self.lane)
-        self.pool, self.lane, self.pool_base = record.pool, lane, self.trainer.step
-        self.rounds.enter_pool(lane, record.pool, list(workers))
-        self.last_round = self._round()
-
-    def _take_merged(self, lane: int | None) -> None:
-        """The merged weights of the pool these workers leave (if it merged yet)."""
-        path = merged_path(self.spec.run_path, lane)
-        if not path.exists():
-            return
-        agent = self.trainer.agent
-        weights = load_state(path, agent.device)["model"]
-        agent.load_model_state(agent.checked_model_state(weights), self.rounds.merging)
 
     def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
         """Record a knob record this worker does not apply: the values in force stay."""
@@ -227,7 +202,8 @@ class WorkerHooks:
             path.parent.mkdir(exist_ok=True)
             state = self.trainer.state_dict(k)  # its "knobs": the agent's values in force
             state.update(knob_version=self.knob_version, merge_every=self.merge_every)
-            state.update(pool=self.pool, lane=self.lane, pool_base=self.pool_base)
+            if self.rounds is not None:
+                state.update(self.rounds.pool_state())
             data = state_bytes(state)
             # The previous one stays until this one is complete; a full disk: wait, retry.
             member.run_dir.guarded(path, len(data), lambda p=path, d=data: save_checkpoint(p, d))

@@ -14,7 +14,10 @@ import torch.distributed as dist
 
 from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled
-from workers.rundir.records import Merge, MergeSkipped, MergeStopped, Record
+from workers.rundir.directory import load_state
+from workers.rundir.paths import merged_path
+from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
+from workers.training.first_weights import StartState
 from workers.training.loop_hooks import StopTraining
 from workers.training.spec import STATES, WorkerSpec
 from workers.training.trainer import Trainer
@@ -29,9 +32,11 @@ class MergeRounds:
         trainer: Trainer,
         set_snapshot: Callable[..., None],
         stopping: Callable[[], bool],
+        start: StartState | None = None,
     ):
         """`set_snapshot`: writes snapshot fields of every worker; `stopping`: whether a stop
-        was asked (a merge waiting on the others ends then)."""
+        was asked (a merge waiting on the others ends then); `start`: the pool these workers'
+        checkpoint was in, and whether they joined it with its merged weights."""
         spec = specs[0]  # run-wide fields are the same in every worker's spec
         self.specs, self.trainer, self.set = specs, trainer, set_snapshot
         # Positions (in the pack) of the workers that merge: the control worker does not.
@@ -43,7 +48,11 @@ class MergeRounds:
         )
         # The trainer's update count when these workers joined a pool with its weights (added,
         # restarted): until they update, their weights are the pool's and stay out of the mean.
-        self.joined_updates: int | None = None
+        start = start or StartState()
+        self.joined_updates: int | None = trainer.updates if start.joined else None
+        # The merge pool (the knob version that formed it, the lane) and the agent step at
+        # which these workers entered it: merge rounds are counted from there.
+        self.pool, self.lane, self.pool_base = start.pool, start.lane, start.pool_base
         # A rank of a torchrun job merges with the other ranks in a collective; the file
         # backend then only publishes the merged weights (rank 0: for the showcase).
         self.collective = (
@@ -53,12 +62,40 @@ class MergeRounds:
         )
         self.merges = 0
 
-    def enter_pool(self, lane: int | None, pool: int, workers: list[int]) -> None:
-        """Merge from now on in pool `pool`: lane `lane`'s (its `workers`), or the run's."""
+    def follow(self, record: KnobRecord) -> bool:
+        """Follow the knob record's layout; True when these workers entered a new pool (a race's
+        start, a promotion) at this step. A race's lanes all start from the weights the run
+        merged last. (A torchrun job does not race: its ranks keep their one pool.)"""
         spec = self.specs[0]
+        if spec.distributed:
+            return False
+        lane = record.lane_of(spec.index)
+        # A lane's workers are the record's; the run's pool follows merge/members.json.
+        workers = record.lanes[lane] if lane is not None else spec.merge_with
+        if (record.pool, lane) == (self.pool, self.lane):
+            if lane is not None:  # workers added to the lane, or taken out
+                self.backend.lane_workers = set(workers)
+            return False
+        if record.lanes and record.pool > self.pool:
+            self._take_merged(self.lane)
+        self.pool, self.lane, self.pool_base = record.pool, lane, self.trainer.step
         self.backend = FileMergeBackend(
-            spec.run_path, workers, spec.merge_timeout_s, self.stopping, lane, pool
+            spec.run_path, list(workers), spec.merge_timeout_s, self.stopping, lane, record.pool
         )
+        return True
+
+    def _take_merged(self, lane: int | None) -> None:
+        """The merged weights of the pool these workers leave (if it merged yet)."""
+        path = merged_path(self.specs[0].run_path, lane)
+        if not path.exists():
+            return
+        agent = self.trainer.agent
+        weights = load_state(path, agent.device)["model"]
+        agent.load_model_state(agent.checked_model_state(weights), self.merging)
+
+    def pool_state(self) -> dict:
+        """What a checkpoint keeps of the pool (StartState reads it back)."""
+        return {"pool": self.pool, "lane": self.lane, "pool_base": self.pool_base}
 
     def joining(self) -> str | None:
         """Why these workers stay out of the mean this round, if they do."""
