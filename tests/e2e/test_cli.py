@@ -60,6 +60,38 @@ def test_bad_input_gives_one_clear_error(args, words, tmp_path):
     assert_clean_error(result, *words)
 
 
+@pytest.mark.parametrize(
+    "lanes, words",
+    [
+        (["speed=2", "iterations=2"], ["'speed' is not a live knob"]),
+        (["iterations=99", "iterations=2"], ["lane 0", "iterations must be in [1, 32]"]),
+        (["iterations=", "iterations=2"], ["iterations must be a number"]),
+        (["iterations", "iterations=2"], ["not KEY=VALUE"]),
+        (["iterations=1", "iterations=2", "iterations=3"], ["3 lanes need at least 3"]),
+        (["iterations=1"], ["at least 2 lanes"]),
+        (["num_elites=64", "iterations=2"], ["num_elites"]),
+    ],
+)
+def test_a_bad_lane_is_one_clear_error_and_writes_nothing(lanes, words, tmp_path):
+    flags = [f"--lane={lane}" for lane in lanes]
+    result = launch("--headless", *TINY, "--workers", "2", *flags, "--run-dir", str(tmp_path / "r"))
+    assert_clean_error(result, *words)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_torchrun_job_refuses_lanes(tmp_path):
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "RANK": "0", "WORLD_SIZE": "1"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), "--headless", *TINY, "--lane=iterations=1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert_clean_error(result, "a torchrun job does not race")
+
+
 def test_unwritable_run_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -223,3 +223,22 @@ def test_no_tensorboard_flag_of_the_headless_command(tmp_path):
     assert not (tmp_path / "run" / "tb").exists()
     header, rows = read_csv(tmp_path / "run" / "eval-worker-0.csv")
     assert header == ["step", "episode_reward"] and [r["step"] for r in rows] == ["120"]
+
+
+def test_a_race_keeps_its_lanes_apart_in_tensorboard_and_the_eval_csvs(tmp_path):
+    settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000)
+    lanes = [{"iterations": 1}, {"iterations": 2}]
+    run = Run.create(tmp_path / "run", tiny(150), settings, lanes=lanes)
+    run.start()
+    run.wait()
+    for k in (0, 1):
+        log = tmp_path / "run" / f"worker-{k}.jsonl"
+        curves = tensorboard_scalars(tmp_path / "run" / "tb" / f"lane-{k}" / f"worker-{k}")
+        assert [s for s, _ in curves["episode/return"]] == [
+            2 * e.step for e in records(log, Episode)
+        ]
+        assert curves["knobs/iterations"][-1][1] == k + 1
+        _, rows = read_csv(tmp_path / "run" / f"eval-lane-{k}-worker-{k}.csv")
+        assert rows and [float(r["episode_reward"]) for r in rows] == [
+            e.ret for e in records(log, Eval)
+        ]

@@ -7,6 +7,10 @@ directory that cannot be written) says so once and is dropped; the run goes on.
 
 The x axis of every exported curve is environment steps (agent steps x action repeat), the unit
 of the published TD-MPC2 curves and of the authors' eval.csv.
+
+In a race a worker's curves go where its lane's are (tb/lane-L/worker-K/,
+eval-lane-L-worker-K.csv), from the knobs_applied record that put it in the lane on, so that
+TensorBoard and the CSVs keep the lanes apart.
 """
 
 from __future__ import annotations
@@ -77,18 +81,33 @@ def scalars(record: Record) -> dict[str, float]:
     return {tag: float(v) for tag, v in found.items() if v is not None and math.isfinite(v)}
 
 
+def moved_lane(record: Record, lane: int | None, worker: int | None) -> bool:
+    """Whether `record` puts a worker of a multi-worker run in another lane than `lane`."""
+    return isinstance(record, KnobsApplied) and record.lane != lane and worker is not None
+
+
 class TensorBoardSink:
     """Writes the records' curves as TensorBoard scalars into one directory."""
 
     def __init__(self, log_dir: Path, cfg: Config, worker: int | None):
+        self.log_dir, self.action_repeat, self.worker = log_dir, cfg.action_repeat, worker
+        self.cfg, self.lane, self._writer = cfg, None, None
+        self._open(log_dir)
+
+    def _open(self, log_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.log_dir, self.action_repeat, self.worker = log_dir, cfg.action_repeat, worker
+        self.close()
         # Flushed every 10 s, so that TensorBoard follows a run that goes on.
         self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=10)
-        self._writer.add_text("config", f"```\n{json.dumps(to_dict(cfg), indent=2)}\n```")
+        self._writer.add_text("config", f"```\n{json.dumps(to_dict(self.cfg), indent=2)}\n```")
 
     def write(self, record: Record) -> None:
+        if moved_lane(record, self.lane, self.worker):
+            self.lane = record.lane
+            tb = self.log_dir.parent  # tb/worker-K is where a worker's sink starts
+            lane_dir = tb if record.lane is None else tb / f"lane-{record.lane}"
+            self._open(lane_dir / f"worker-{self.worker}")
         values = scalars(record)
         if isinstance(record, Merge) and self.worker is not None:
             distance = record.distances.get(self.worker)
@@ -110,13 +129,22 @@ class EvalCsvSink:
     """The authors' eval.csv: `step` (env steps), `episode_reward` (mean evaluation return).
     Each line is one O_APPEND write, so a reader never sees half a line."""
 
-    def __init__(self, path: Path, cfg: Config):
-        self.path, self.action_repeat = path, cfg.action_repeat
+    def __init__(self, path: Path, cfg: Config, worker: int | None = None):
+        self.path, self.action_repeat, self.worker = path, cfg.action_repeat, worker
+        self.lane, self._fd = None, None
+        self._open(path)
+
+    def _open(self, path: Path) -> None:
+        self.close()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size == 0:  # a resumed run appends below its header
             os.write(self._fd, CSV_HEADER.encode())
 
     def write(self, record: Record) -> None:
+        if moved_lane(record, self.lane, self.worker):
+            self.lane = record.lane
+            lane = "" if record.lane is None else f"-lane-{record.lane}"
+            self._open(self.path.parent / f"eval{lane}-worker-{self.worker}.csv")
         if not isinstance(record, Eval) or record.step is None or self._fd is None:
             return
         if not math.isfinite(record.ret):
@@ -197,7 +225,7 @@ def attach_exporters(
     """
     suffix = "" if worker is None else f"-worker-{worker}"
     try:
-        run_dir.sinks.append(EvalCsvSink(run_dir.path / f"eval{suffix}.csv", cfg))
+        run_dir.sinks.append(EvalCsvSink(run_dir.path / f"eval{suffix}.csv", cfg, worker))
     except OSError as err:
         warn(f"cannot write eval{suffix}.csv in {run_dir.path} ({err.strerror}); the run goes on")
     if tensorboard and tensorboard_available():
