@@ -14,6 +14,7 @@ from agent.config import Config
 from agent.errors import UserError
 from bench.learning import learning_benchmark
 from bench.pack import format_pack, pack_benchmark, parse_packs
+from bench.race import race_benchmark
 from bench.run import (
     live_benchmark,
     merge_benchmark,
@@ -68,6 +69,9 @@ def build_bench_parser() -> argparse.ArgumentParser:
         help="a merge through files against a gloo all-reduce among that many ranks",
     )
     parser.add_argument("--live", type=int, default=0, metavar="N", help="knob lag, player cost")
+    parser.add_argument(
+        "--race", type=int, default=0, metavar="N", help="a race's lag per lane, promotion, cost"
+    )
     parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
     parser.add_argument(
         "--pack-only", action="store_true", help="time the packs alone (--pack; a GPU's case)"
@@ -128,6 +132,11 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         return 0
     if args.merge_optimiser:
         result = merge_optimiser_benchmark(cfg, args.merge_optimiser, args.updates_after_merge)
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.race:
+        root = args.run_dir or str(default_run_dir(f"race-{cfg.task}"))
+        result = race_benchmark(cfg, args.race, args.seconds, root)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.live:

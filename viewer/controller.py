@@ -24,6 +24,7 @@ from workers.run.base import BaseRun
 from workers.run.race import check_race, sharing
 from workers.rundir.lanes import describe_lane
 from workers.rundir.requests import served_notice
+from workers.showcase.shown_weights import lane_source
 
 POLL_S = 0.25
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training
@@ -318,6 +319,10 @@ class Controller:
             errors=list(model.errors),
             error_count=model.error_count,
             cameras=self._cameras,
-            sources=["merged"] + [model.worker_label(w) for w in range(run.settings.workers)],
+            sources=["merged"]
+            + [model.worker_label(w) for w in range(run.settings.workers)]
+            + [f"lane {n} merged" for n in range(len(record.lanes))],
+            source_ids=[-1, *range(run.settings.workers)]
+            + [lane_source(n) for n in range(len(record.lanes))],
             race=race,
         )

@@ -55,5 +55,6 @@ class View:
     error_count: int = 0
     cameras: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    source_ids: list[int] = field(default_factory=list)  # the showcase's number of each source
     machine: str = ""
     race: RaceView | None = None  # None: the run is no race

@@ -23,6 +23,7 @@ from workers.rundir.records import (
     Merge,
     StartedFromMerged,
 )
+from workers.showcase.shown_weights import lane_source, weights_file
 
 
 # layouts and values --------------------------------------------------------------------------
@@ -228,3 +229,14 @@ def test_an_added_worker_stays_out_of_the_mean_until_it_has_updated(tmp_path):
     assert waiting and "no update of its own" in waiting[0].left_out[added]
     joined = [m for m in merges if added in m.participants]
     assert joined and joined[0].step > waiting[0].step
+
+
+def test_the_showcase_finds_a_lanes_merged_weights_and_a_racing_workers_own(tmp_path):
+    lane = tmp_path / "merge" / "lane-1"
+    lane.mkdir(parents=True)
+    assert weights_file(tmp_path, lane_source(1)) is None  # no merge yet: untrained
+    (lane / "merged.pt").write_bytes(b"x")
+    (lane / "worker-3.pt").write_bytes(b"x")
+    assert weights_file(tmp_path, lane_source(1))[0] == lane / "merged.pt"
+    assert weights_file(tmp_path, 3)[0] == lane / "worker-3.pt"
+    assert weights_file(tmp_path, lane_source(0)) is None

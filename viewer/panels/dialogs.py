@@ -27,6 +27,10 @@ Knobs apply to every worker before its next agent step; the text beside each
 slider shows the value the workers run with now until all have applied it.
 Ctrl+click a slider to type a value; values outside the range cannot be entered.
 
+Run > Start a race...: the workers split into lanes with their own knobs and
+merge pools; the race table ranks them by the return gathered per wall-second.
+"set for" above the knobs: one lane, or all; Promote lane ends the race.
+
 Add worker: a new worker starts from the merged weights at the others' step.
 Remove worker: the newest merging worker checkpoints and leaves the run; the
 others merge without it, and a resumed run leaves it out.

@@ -34,6 +34,7 @@ class ShowcasePanel:
         self.recorder: ClipRecorder | None = None
         self._frame_buffer = np.zeros(FRAME_H * FRAME_W * 3, dtype=np.float32)
         self._shown_sources: list[str] = []
+        self._source_ids: list[int] = []
         self._shown_cameras: list[str] = []
 
     # building ------------------------------------------------------------------------
@@ -104,7 +105,12 @@ class ShowcasePanel:
     def _update_overlay(self) -> None:
         info, view = self.frame_info or {}, self.view
         source = info.get("source", -1)
-        whose = "merged weights" if source in (-1, None) else f"worker {source}'s weights"
+        if source in (-1, None):
+            whose = "merged weights"
+        elif source <= -2:
+            whose = f"lane {-2 - source}'s merged weights"
+        else:
+            whose = f"worker {source}'s weights"
         weights_step = info.get("weights_step", -1)
         weights = (
             "untrained" if weights_step is None or weights_step < 0 else f"step {weights_step:,}"
@@ -138,7 +144,7 @@ class ShowcasePanel:
             if view.cameras:
                 dpg.set_value("camera", view.cameras[0])
         if view.sources != self._shown_sources:
-            self._shown_sources = view.sources
+            self._shown_sources, self._source_ids = view.sources, view.source_ids
             dpg.configure_item("source", items=view.sources)
 
     # callbacks -----------------------------------------------------------------------
@@ -148,7 +154,7 @@ class ShowcasePanel:
 
     def _on_source(self, sender, value) -> None:
         if value in self._shown_sources:
-            self.controller.set_showcase(source=self._shown_sources.index(value) - 1)
+            self.controller.set_showcase(source=self._source_ids[self._shown_sources.index(value)])
 
     def toggle_render(self, *_) -> None:
         self.render_paused = not self.render_paused

@@ -198,9 +198,11 @@ class BaseRun(ABC):
 
     def set_showcase(self, camera: int | None = None, source: int | None = None) -> None:
         """Choose the showcase camera (an id of camera_names(), or -1: the free camera) and the
-        weights it plays (-1: merged, k: worker k's newest). Applies within one player step,
-        also to a player started later; an out-of-range value changes nothing."""
-        self.showcase.choose(self.settings.workers, camera, source)
+        weights it plays (-1: merged, k: worker k's newest, -2 - L: race lane L's merged).
+        Applies within one player step, also to a player started later; an out-of-range value
+        changes nothing."""
+        lanes = len(self.race.record().lanes)
+        self.showcase.choose(self.settings.workers, camera, source, lanes)
 
     def showcase_settings(self) -> dict[str, int]:
         """The camera and source the showcase uses now (or will, once started)."""

@@ -93,9 +93,16 @@ class Showcase:
             self._camera_names = task_cameras(self.cfg)
         return list(self._camera_names)
 
-    def choose(self, workers: int, camera: int | None = None, source: int | None = None) -> None:
+    def choose(
+        self,
+        workers: int,
+        camera: int | None = None,
+        source: int | None = None,
+        lanes: int = 0,
+    ) -> None:
         """Set the camera (-1: free) and the weights played (-1: merged, k < `workers`: worker
-        k's newest); an out-of-range value changes nothing (ConfigError)."""
+        k's newest, -2 - L: lane L's merged, L < `lanes`); an out-of-range value changes
+        nothing (ConfigError)."""
         if camera is not None:
             last = len(self.camera_names()) - 1
             if not is_int(camera) or not -1 <= camera <= last:
@@ -105,9 +112,11 @@ class Showcase:
                 )
         if source is not None:
             last = workers - 1
-            if not is_int(source) or not -1 <= source <= last:
+            if not is_int(source) or not -1 - lanes <= source <= last:
+                lane = f", or -2 - L for lane L < {lanes}'s merged weights" if lanes else ""
                 raise ConfigError(
-                    f"source must be -1 (merged weights) or a worker in [0, {last}], got {source!r}"
+                    f"source must be -1 (merged weights) or a worker in [0, {last}]{lane}, got "
+                    f"{source!r}"
                 )
         if camera is not None:
             self._controls.camera.value = int(camera)

@@ -1,8 +1,12 @@
 """Which weights the showcase shows: the file of a source's newest weights, and loading them.
 
 The merged weights (merge/merged.pt; before the first merge worker 0's checkpoint, else the
-run's start weights, else the untrained model) or one worker's newest weights. Kept apart from
-the player's loop so the choice of file can be tested without rendering."""
+run's start weights, else the untrained model), a race lane's merged weights, or one worker's
+newest weights (wherever its pool merges). Kept apart from the player's loop so the choice of
+file can be tested without rendering.
+
+A source is a number: -1 the merged weights, k >= 0 worker k's, -2 - L lane L's merged weights.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +23,16 @@ def merged_file(run_path: Path) -> Path:
     return merged_path(run_path)
 
 
-def worker_files(run_path: Path, worker: int) -> tuple[Path, Path]:
-    """Worker k's weights as it merged them last, and its last checkpoint."""
-    return merge_dir(run_path) / weights_name(worker), checkpoint_path(run_path, worker)
+def lane_source(lane: int) -> int:
+    """The source number of lane `lane`'s merged weights."""
+    return -2 - lane
+
+
+def worker_files(run_path: Path, worker: int) -> list[Path]:
+    """Worker k's weights as it merged them last (in the run's pool or a lane's), and its last
+    checkpoint."""
+    merges = [merge_dir(run_path), *sorted(merge_dir(run_path).glob("lane-*"))]
+    return [*(d / weights_name(worker) for d in merges), checkpoint_path(run_path, worker)]
 
 
 def _mtime(path: Path) -> float | None:
@@ -38,8 +49,12 @@ def weights_file(run_path: Path, source: int) -> tuple[Path, float] | None:
     start weights (--load). Worker k: the
     newer of its last merge contribution and its last checkpoint.
     """
+    if source <= -2:
+        path = merged_path(run_path, -2 - source)
+        mtime = _mtime(path)
+        return (path, mtime) if mtime is not None else None
     if source < 0:
-        for path in (merged_file(run_path), worker_files(run_path, 0)[1], start_path(run_path)):
+        for path in (merged_file(run_path), checkpoint_path(run_path, 0), start_path(run_path)):
             mtime = _mtime(path)
             if mtime is not None:
                 return path, mtime
