@@ -205,7 +205,9 @@ class Controller:
         if self._run is not None:
             index = self._run.add_worker()
             verb = self._run.wording.added
-            self.notices.put(f"worker {index} {verb}: it starts from the merged weights")
+            lane = self._run.race.record().lane_of(index)
+            pool = "the merged weights" if lane is None else f"lane {lane}'s merged weights"
+            self.notices.put(f"worker {index} {verb}: it starts from {pool}")
 
     def _remove_worker(self) -> None:
         """Take out the newest merging worker (the control worker, if any, stays)."""

@@ -68,9 +68,8 @@ class RacePanel:
     def build_dialog(self) -> None:
         """The window that starts a race from the running run (outside the main window)."""
         with dpg.window(
-            label="Start a race", tag="race_dialog", show=False, modal=True, width=520,
-            pos=(380, 200),
-        ):  # fmt: skip
+            label="Start a race", tag="race_dialog", show=False, modal=True, pos=(380, 200)
+        ):
             dpg.add_text(
                 "The run's workers are split evenly into lanes; each lane starts from the\n"
                 "merged weights, merges only with itself and runs its own knobs.",
