@@ -53,6 +53,7 @@ class RaceTracker:
         self.applied: dict[int, list[tuple[float, int, int | None]]] = defaultdict(list)
         self.episodes: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
         self.evals: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        self._curves: tuple[tuple | None, list] = (None, [])  # (what they were made of, curves)
 
     def ingest(self, records: Iterable[Record]) -> None:
         for r in records:
@@ -112,8 +113,13 @@ class RaceTracker:
         snapshot = {w["worker"]: w for w in progress}
         differ = [k for k in record.values if len({str(v.get(k)) for v in record.lane_values}) > 1]
         rows = []
+        # The curves change only with new episodes (minutes apart on a CPU): made once each.
+        key = (record.lanes, start, sum(len(e) for e in self.episodes.values()))
+        if self._curves[0] != key:
+            curves = [self._curve(n, workers, start) for n, workers in enumerate(record.lanes)]
+            self._curves = (key, curves)
         for n, workers in enumerate(record.lanes):
-            curve = self._curve(n, workers, start)
+            curve = self._curves[1][n]
             seen = [snapshot[w] for w in workers if w in snapshot]
             evals = [r for w in workers for t, r in self.evals[w] if t >= start]
             rows.append(
