@@ -240,3 +240,27 @@ def test_the_showcase_finds_a_lanes_merged_weights_and_a_racing_workers_own(tmp_
     assert weights_file(tmp_path, lane_source(1))[0] == lane / "merged.pt"
     assert weights_file(tmp_path, 3)[0] == lane / "worker-3.pt"
     assert weights_file(tmp_path, lane_source(0)) is None
+
+
+def test_a_running_run_splits_into_lanes_from_its_merged_weights(tmp_path):
+    settings = RunSettings(workers=2, merge_every=30, merge_timeout_s=30)
+    run = Run.create(tmp_path / "run", tiny(360), settings)
+    run.start()
+    assert wait_until(lambda: len(events(run, Merge, 0)) >= 2, timeout=300)
+    merged = torch.load(run.path / "merge" / "merged.pt", weights_only=False)["round"]
+    with pytest.raises(ConfigError, match="at least 2 lanes"):
+        run.race.start([{}])
+    version = run.race.start([{"iterations": 1}, {"iterations": 2}])
+    with pytest.raises(ConfigError, match="a race is on"):
+        run.race.start([{}, {}])
+    run.wait()
+    for worker in (0, 1):
+        applied = {a.version: a for a in events(run, KnobsApplied, worker)}
+        assert applied[version].lane == worker
+        assert applied[version].values["iterations"] == worker + 1
+        assert (run.path / "merge" / f"lane-{worker}" / "merged.pt").exists()
+        # No merge with the other worker after the split: each lane is alone.
+        split = applied[version].step
+        assert all(m.participants == (0, 1) for m in events(run, Merge, worker) if m.step < split)
+        assert not [m for m in events(run, Merge, worker) if m.step > split]
+    assert merged >= 2
