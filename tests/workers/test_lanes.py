@@ -169,11 +169,11 @@ def test_the_race_table_ranks_lanes_by_the_return_they_gathered_over_wall_time()
 
 # end to end ------------------------------------------------------------------------------------
 def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
-    settings = RunSettings(workers=4, merge_every=40, merge_timeout_s=30)
+    settings = RunSettings(workers=4, merge_every=30, merge_timeout_s=30)
     lanes = [{"iterations": 1}, {"iterations": 2}]
-    run = Run.create(tmp_path / "run", tiny(700), settings, lanes=lanes)
+    run = Run.create(tmp_path / "run", tiny(420), settings, lanes=lanes)
     run.start()
-    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 130, timeout=300)
+    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 110, timeout=300)
     one_lane = run.set_knobs(lane=0, horizon=2)
     assert wait_until(lambda: min(w["knob_version"] for w in run.progress()) >= one_lane)
     promoted = run.race.promote(1)
