@@ -86,7 +86,7 @@ class RacePanel:
                 dpg.add_input_text(
                     label=f"lane {n}",
                     tag=f"race_lane_{n}",
-                    hint="KEY=VALUE,... e.g. iterations=2 (empty: the run's values)",
+                    hint="e.g. iterations=2,horizon=3 (empty: as the run)",
                     show=n < 2,
                     width=380,
                 )
