@@ -55,23 +55,35 @@ def records(run: Path, kind: str, worker: int) -> list[dict]:
     return [r for r in lines if r["kind"] == kind]
 
 
-def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp_path):
-    run = tmp_path / "run"
-    ui_map, stats = tmp_path / "ui.json", tmp_path / "stats.json"
-    server, display = start_xvfb()
-    env = {
+def window_env(display: str, ui_map: Path, **more: str) -> dict:
+    """The environment of launch.py and of the X tools: the display, and the UI map's file."""
+    return {
         **os.environ,
         "DISPLAY": display,
         "TDMPC2_LIVE_NO_BOOTSTRAP": "1",
         "OMP_NUM_THREADS": "1",
         "TDMPC2_LIVE_UI_MAP": str(ui_map),
-        "TDMPC2_LIVE_STATS": str(stats),
+        **more,
     }
+
+
+def x_tool(env: dict):
+    """Runs an X tool (xdotool, import) on the test's display; returns its output."""
 
     def x(*args: str) -> str:
         return subprocess.run(
             args, env=env, check=True, capture_output=True, text=True, timeout=120
         ).stdout
+
+    return x
+
+
+def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp_path):
+    run = tmp_path / "run"
+    ui_map, stats = tmp_path / "ui.json", tmp_path / "stats.json"
+    server, display = start_xvfb()
+    env = window_env(display, ui_map, TDMPC2_LIVE_STATS=str(stats))
+    x = x_tool(env)
 
     app = subprocess.Popen(
         [sys.executable, str(ROOT / "launch.py"), *TINY, "--run-dir", str(run)],
@@ -156,18 +168,8 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
     run = tmp_path / "run"
     ui_map = tmp_path / "ui.json"
     server, display = start_xvfb()
-    env = {
-        **os.environ,
-        "DISPLAY": display,
-        "TDMPC2_LIVE_NO_BOOTSTRAP": "1",
-        "OMP_NUM_THREADS": "1",
-        "TDMPC2_LIVE_UI_MAP": str(ui_map),
-    }
-
-    def x(*args: str) -> str:
-        return subprocess.run(
-            args, env=env, check=True, capture_output=True, text=True, timeout=120
-        ).stdout
+    env = window_env(display, ui_map)
+    x = x_tool(env)
 
     lanes = ["--lane", "iterations=1", "--lane", "iterations=2"]
     app = subprocess.Popen(

@@ -23,6 +23,20 @@ class Panel(Protocol):
         """Show a new view (called on the GUI thread only when the view changed)."""
 
 
+def data_table(tag: str, labels: tuple[str, ...]) -> None:
+    """A table of rows of numbers: a header row, stripes, columns labelled `labels` (more can
+    be added with parent=tag)."""
+    with dpg.table(
+        tag=tag,
+        header_row=True,
+        policy=dpg.mvTable_SizingStretchProp,
+        row_background=True,
+        borders_innerH=True,
+    ):
+        for label in labels:
+            dpg.add_table_column(label=label)
+
+
 class TextStyles:
     """Named text colours, shared by the panels. Made once the Dear PyGui context exists (`load`),
     because a theme is a Dear PyGui item; until then the panels only hold this object."""

@@ -13,7 +13,7 @@ import dearpygui.dearpygui as dpg
 
 from agent.errors import ConfigError
 from viewer.controller import Controller
-from viewer.panels import TextStyles
+from viewer.panels import TextStyles, data_table
 from viewer.view import View
 from workers.run.race import MAX_LANES
 from workers.rundir.lanes import parse_lane
@@ -44,18 +44,10 @@ class RacePanel:
                 self.styles.bind("race_title", "accent")
                 dpg.add_text("", tag="race_sharing", wrap=0)
                 self.styles.bind("race_sharing", "muted")
-            with dpg.table(
-                tag="race_table",
-                header_row=True,
-                policy=dpg.mvTable_SizingStretchProp,
-                row_background=True,
-                borders_innerH=True,
-            ):
-                for label in COLUMNS:
-                    dpg.add_table_column(label=label)
-                for n in range(THRESHOLDS):
-                    dpg.add_table_column(label="", tag=f"race_threshold_{n}")
-                dpg.add_table_column(label="area")
+            data_table("race_table", COLUMNS)
+            for n in range(THRESHOLDS):
+                dpg.add_table_column(label="", tag=f"race_threshold_{n}", parent="race_table")
+            dpg.add_table_column(label="area", parent="race_table")
             with dpg.group(horizontal=True):
                 dpg.add_combo([], tag="promote_lane", width=90)
                 dpg.add_button(label="Promote lane", tag="promote", callback=self._promote)

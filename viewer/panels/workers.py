@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import dearpygui.dearpygui as dpg
 
-from viewer.panels import TextStyles
+from viewer.panels import TextStyles, data_table
 from viewer.view import View
 
 COLUMNS = ("worker", "lane", "state", "step", "speed", "return", "merges")
@@ -23,15 +23,7 @@ class WorkersPanel:
         dpg.add_spacer(height=4)
         dpg.add_text("Workers", tag="workers_title")
         self.styles.bind("workers_title", "accent")
-        with dpg.table(
-            tag="worker_table",
-            header_row=True,
-            policy=dpg.mvTable_SizingStretchProp,
-            row_background=True,
-            borders_innerH=True,
-        ):
-            for label in COLUMNS:
-                dpg.add_table_column(label=label)
+        data_table("worker_table", COLUMNS)
 
     def apply(self, view: View) -> None:
         rows = view.workers
