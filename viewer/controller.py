@@ -184,10 +184,13 @@ class Controller:
                 f"lane {n}: {describe_lane(c) or 'as the run'}" for n, c in enumerate(lane_changes)
             )
             self.notices.put(f"race started (knobs v{version}), from the merged weights: {lanes}")
+            self._show_racing_weights(self._run)
 
     def _promote(self, lane: int) -> None:
         if self._run is not None:
             version = self._run.race.promote(lane)
+            if self._run.showcase_settings()["source"] <= -2:  # a lane's: the race is over
+                self._run.set_showcase(source=-1)
             self.notices.put(
                 f"lane {lane} promoted (knobs v{version}): its values for every worker; the "
                 "next merge averages them all"
@@ -232,6 +235,7 @@ class Controller:
             raise
         run.launch(nice=WORKER_NICE)
         run.start_player(*self.frame_size)
+        self._show_racing_weights(run)
         with self._run_lock:
             self._run = run
         workers = run.settings.workers
@@ -246,6 +250,12 @@ class Controller:
         verb = run.wording.opened
         count = f"{workers} worker{'s' * (workers != 1)}"
         self.notices.put(f"{verb} {run.path} ({count}, {run.cfg.task})")
+
+    def _show_racing_weights(self, run: BaseRun) -> None:
+        """In a race the run's own pool does not merge: a showcase on "merged" plays lane 0's
+        merged weights instead (the source list offers every lane's)."""
+        if run.race.record().lanes and run.showcase_settings()["source"] == -1:
+            run.set_showcase(source=lane_source(0))
 
     def _stop_run(self) -> None:
         run = self._run
@@ -326,5 +336,6 @@ class Controller:
             + [f"lane {n} merged" for n in range(len(record.lanes))],
             source_ids=[-1, *range(run.settings.workers)]
             + [lane_source(n) for n in range(len(record.lanes))],
+            source=run.showcase_settings()["source"],
             race=race,
         )

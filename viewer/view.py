@@ -56,5 +56,6 @@ class View:
     cameras: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     source_ids: list[int] = field(default_factory=list)  # the showcase's number of each source
+    source: int = -1  # the source the showcase plays now
     machine: str = ""
     race: RaceView | None = None  # None: the run is no race

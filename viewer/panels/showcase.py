@@ -146,6 +146,10 @@ class ShowcasePanel:
         if view.sources != self._shown_sources:
             self._shown_sources, self._source_ids = view.sources, view.source_ids
             dpg.configure_item("source", items=view.sources)
+        if view.source in self._source_ids:  # chosen here, or by the run (a race's start)
+            label = self._shown_sources[self._source_ids.index(view.source)]
+            if dpg.get_value("source") != label:
+                dpg.set_value("source", label)
 
     # callbacks -----------------------------------------------------------------------
     def _on_camera(self, sender, value) -> None:
