@@ -11,6 +11,7 @@ import sys
 from viewer.runs import initial_run
 from workers.cli.flags import build_parser
 from workers.cli.presets import UserError
+from workers.host.precision import describe_precision
 from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
 
 
@@ -64,6 +65,7 @@ def main(argv: list[str]) -> int:
     threads = run.describe_threads()
     if threads:
         print(threads, file=sys.stderr)
+    print(describe_precision(run.cfg.bf16, run.cfg.device), file=sys.stderr)
     controller = Controller((FRAME_H, FRAME_W))
     try:
         stats = App(controller, open_first=lambda: run).run()

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from agent.errors import UserError
 from workers.cli.flags import build_parser
+from workers.host.precision import describe_precision
 from workers.host.signals import StopSignals
 from workers.host.threads import check_threads, choose_threads
 
@@ -66,7 +67,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     print(
         f"{run.settings.workers} worker{'s' * (run.settings.workers > 1)}{shape} on "
         f"{run.cfg.task}; run directory {run.path}\n"
-        f"{threads.describe()}",
+        f"{threads.describe()}\n{describe_precision(run.cfg.bf16, run.cfg.device)}",
         file=sys.stderr,
     )
     progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_seed_steps, not args.quiet)

@@ -1,0 +1,22 @@
+"""The start-up line's number format: native bf16 is found from the CPU's flags."""
+
+from workers.host.precision import describe_precision, native_bf16
+
+EPYC = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
+SAPPHIRE = "flags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n"
+OLD = "flags\t\t: fpu sse2 avx2 fma\n"
+
+
+def test_native_bf16_is_read_from_the_cpu_flags():
+    assert native_bf16(EPYC) == "avx512_bf16"
+    assert native_bf16(SAPPHIRE) == "amx_bf16"
+    assert native_bf16(OLD) is None
+    assert native_bf16("") is None
+
+
+def test_the_start_up_line_says_what_was_chosen_and_why():
+    assert describe_precision(False, "cpu", OLD) == "precision: float32"
+    offered = describe_precision(False, "cpu", EPYC)
+    assert "float32" in offered and "avx512_bf16" in offered and "--bf16" in offered
+    assert "native (amx_bf16)" in describe_precision(True, "cpu", SAPPHIRE)
+    assert "emulated" in describe_precision(True, "cpu", OLD)
