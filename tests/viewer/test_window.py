@@ -78,6 +78,24 @@ def x_tool(env: dict):
     return x
 
 
+def quit_with_ctrl_q(x, window: str, app: subprocess.Popen) -> None:
+    """Ctrl+Q closes the window; the program exits 0 once its workers have stopped."""
+    x("xdotool", "key", "--window", window, "ctrl+q")
+    try:
+        code = app.wait(180)
+    except subprocess.TimeoutExpired:
+        app.kill()
+        raise AssertionError(f"no exit 180 s after Ctrl+Q: {app.stderr.read()[-3000:]}") from None
+    assert code == 0, app.stderr.read()
+
+
+def end_all(app: subprocess.Popen, server: subprocess.Popen) -> None:
+    """Whatever happened: the program and the X server end with the test."""
+    if app.poll() is None:
+        app.kill()
+    server.terminate()
+
+
 def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp_path):
     run = tmp_path / "run"
     ui_map, stats = tmp_path / "ui.json", tmp_path / "stats.json"
@@ -151,12 +169,9 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
 
         # Ctrl+Q closes the window; the workers stop and write their checkpoints.
         before_close = time.time()
-        x("xdotool", "key", "--window", window, "ctrl+q")
-        assert app.wait(180) == 0, app.stderr.read()
+        quit_with_ctrl_q(x, window, app)
     finally:
-        if app.poll() is None:
-            app.kill()
-        server.terminate()
+        end_all(app, server)
     for w in (0, 1):
         checkpoint = run / "checkpoints" / f"worker-{w}.pt"
         assert checkpoint.exists() and checkpoint.stat().st_mtime >= before_close
@@ -215,11 +230,8 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
 
         wait_for(promoted, 60, "lane 0 promoted")
         wait_for(lambda: not race_rows(), 60, "the race table to go once the race ended")
-        x("xdotool", "key", "--window", window, "ctrl+q")
-        assert app.wait(180) == 0, app.stderr.read()
+        quit_with_ctrl_q(x, window, app)
     finally:
-        if app.poll() is None:
-            app.kill()
-        server.terminate()
+        end_all(app, server)
     applied = records(run, "knobs_applied", 1)
     assert applied[-1]["values"]["iterations"] == 1 and applied[-1].get("lane") is None
