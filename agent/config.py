@@ -44,6 +44,8 @@ class Config:
     """Replay capacity in transitions (capped at the number of training steps)."""
     seed_steps: int = 0
     """Random-action steps before learning; 0 means max(1000, 5 x episode_length)."""
+    pretrain_updates: int = 0
+    """Updates on the seed data before acting; 0 means as many as seed steps (the authors')."""
     lr: float = 3e-4
     """Adam learning rate."""
     enc_lr_scale: float = 0.3
@@ -153,6 +155,10 @@ class Config:
     def resolved_seed_steps(self) -> int:
         return self.seed_steps or max(1000, 5 * self.episode_length)
 
+    @property
+    def resolved_pretrain_updates(self) -> int:
+        return self.pretrain_updates or self.resolved_seed_steps
+
     def resolved_iterations(self, action_dim: int) -> int:
         """Iterations the planner runs: the reference adds 2 for large action spaces to any
         value, an explicit one included."""
@@ -182,6 +188,7 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
     "batch_size": (1, 65_536),
     "buffer_size": (1, 10**9),
     "seed_steps": (0, 10**9),
+    "pretrain_updates": (0, 10**9),
     "lr": (1e-8, 1.0),
     "enc_lr_scale": (0.0, 10.0),
     "grad_clip_norm": (1e-6, 1e6),

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.config import Config
+
 PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
 
 
@@ -24,3 +26,32 @@ def published_curve(task: str) -> tuple[np.ndarray, np.ndarray] | None:
             by_step.setdefault(int(float(row["step"])), []).append(float(row["reward"]))
     steps = np.array(sorted(by_step), dtype=float)
     return steps, np.array([np.mean(by_step[int(s)]) for s in steps])
+
+
+# The settings of the published runs that a run may change, as (label, value of a config).
+PAPER_SETTINGS = (
+    ("model", lambda c: f"{c.model_size}M" if c.model_size else "custom"),
+    ("action repeat", lambda c: c.action_repeat),
+    ("episode length", lambda c: c.episode_length),
+    ("seed steps", lambda c: c.resolved_seed_steps),
+    ("pretraining updates", lambda c: c.resolved_pretrain_updates),
+    ("samples", lambda c: c.num_samples),
+    ("elites", lambda c: c.num_elites),
+    ("policy trajectories", lambda c: c.num_pi_trajs),
+    ("iterations", lambda c: c.iterations or 6),
+    ("horizon", lambda c: c.horizon),
+    ("batch", lambda c: c.batch_size),
+    ("steps per update", lambda c: c.steps_per_update),
+    ("bf16", lambda c: "on" if c.bf16 else "off"),
+)
+
+
+def paper_differences(cfg: Config) -> list[str]:
+    """What a run does differently from the published runs of its task (TD-MPC2's defaults,
+    5M), as "name ours (paper theirs)"; [] when nothing differs."""
+    paper = Config(task=cfg.task)
+    return [
+        f"{label} {value(cfg)} (paper {value(paper)})"
+        for label, value in PAPER_SETTINGS
+        if value(cfg) != value(paper)
+    ]

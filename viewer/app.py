@@ -25,7 +25,7 @@ import numpy as np
 from viewer import theme
 from viewer.controller import Controller
 from viewer.input_watch import InputWatch
-from viewer.pacing import FramePacer
+from viewer.pacing import REPLAY_WATCH_SHARE, WATCH_SHARE, FramePacer
 from viewer.panels import Panel, TextStyles
 from viewer.panels.charts import ChartsPanel
 from viewer.panels.controls import ControlsPanel
@@ -271,6 +271,8 @@ class App:
         view into the widgets. Skipped frames are never copied (latest wins)."""
         if self.showcase.update_frame():
             self.changed = True
+            replaying = bool((self.showcase.frame_info or {}).get("replay"))
+            self.pacer.watch_share = REPLAY_WATCH_SHARE if replaying else WATCH_SHARE
         view = self.controller.view
         if view.version != self.view.version:
             self.view = view

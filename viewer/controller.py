@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from viewer.machine_use import MachineUse
 from viewer.model import RunModel
-from viewer.series import published_curve
+from viewer.series import published_curve, published_note
 from viewer.view import ChartOptions, RaceView, View
 from workers.cli.presets import UserError
 from workers.run.base import BaseRun
@@ -47,6 +47,7 @@ class Controller:
         self._phase = "idle"
         self._cameras: list[str] = []
         self._published = None
+        self._published_note = ""
         self._machine = MachineUse()
         self._thread = threading.Thread(target=self._loop, name="run-controller", daemon=True)
         self._thread.start()
@@ -95,7 +96,7 @@ class Controller:
     def remove_worker(self) -> None:
         self._commands.put(self._remove_worker)
 
-    def set_showcase(self, **kwargs: int) -> None:
+    def set_showcase(self, **kwargs: int | str) -> None:
         self._commands.put(lambda: self._call("set_showcase", **kwargs))
 
     def reset_showcase(self) -> None:
@@ -242,7 +243,8 @@ class Controller:
         control = run.settings.control_index  # not workers - 1: workers may have been added
         self._model = RunModel(workers, run.cfg.resolved_seed_steps, control)
         self._cameras = run.camera_names()
-        published = published_curve(run.cfg.task)
+        published = published_curve(run.cfg.task, run.cfg.action_repeat)
+        self._published_note = published_note(run.cfg, published is not None)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
         if published is not None:  # the race table's thresholds are fractions of its end
             self._model.race.published_final = float(published[1][-1])
@@ -298,6 +300,7 @@ class Controller:
         version, requested = run.knob_values()  # damaged: the last good values
         merges, knob_marks, _ = model.marks(o.wall_axis)
         record = run.race.record()
+        showcase = run.showcase_settings()
         race, returns = None, model.return_lines(o.wall_axis, o.smoothing)
         if record.lanes:
             rows = model.race.rows(record, in_run, time.time())
@@ -317,7 +320,9 @@ class Controller:
             workers=model.worker_rows(progress),
             knobs=model.knob_rows(requested, in_run, record),
             knob_version=version,
-            startup=model.startup(in_run, run.cfg.resolved_seed_steps)
+            startup=model.startup(
+                in_run, run.cfg.resolved_seed_steps, run.cfg.resolved_pretrain_updates
+            )
             if self._phase == "running"
             else None,
             returns=returns,
@@ -327,7 +332,7 @@ class Controller:
             merge_marks=merges,
             knob_marks=knob_marks,
             published=None if o.wall_axis else self._published,
-            published_note="" if self._published else "no published curve",
+            published_note=self._published_note,
             errors=list(model.errors),
             error_count=model.error_count,
             cameras=self._cameras,
@@ -336,6 +341,7 @@ class Controller:
             + [f"lane {n} merged" for n in range(len(record.lanes))],
             source_ids=[-1, *range(run.settings.workers)]
             + [lane_source(n) for n in range(len(record.lanes))],
-            source=run.showcase_settings()["source"],
+            source=showcase["source"],
+            showcase_mode=showcase["mode"],
             race=race,
         )

@@ -280,7 +280,9 @@ class RunModel:
             )
         return rows
 
-    def startup(self, progress: list[dict], cfg_seed_steps: int) -> tuple[float, str] | None:
+    def startup(
+        self, progress: list[dict], cfg_seed_steps: int, pretrain_updates: int | None = None
+    ) -> tuple[float, str] | None:
         """(fraction, text) while workers collect seed steps or pretrain, else None."""
         if not progress:
             return 0.0, "starting workers..."
@@ -294,13 +296,14 @@ class RunModel:
             return min(1.0, step / max(1, cfg_seed_steps)), text
         if not pretraining:
             return None
-        # Pretraining does as many updates as there were seed steps (reported as they go).
+        # By default pretraining does as many updates as there were seed steps.
+        total = pretrain_updates or cfg_seed_steps
         updates = min(int(p.get("updates", 0)) for p in pretraining)
-        text = f"pretraining on the seed data: {updates} / {cfg_seed_steps} updates"
+        text = f"pretraining on the seed data: {updates} / {total} updates"
         first = max(float(p.get("first_update_s") or 0.0) for p in pretraining)
         if first > 0:  # with CUDA graphs most of it is compiling, once per process
             text += f" (first update {first:.1f} s after start, compiling included)"
-        return min(1.0, updates / max(1, cfg_seed_steps)), text
+        return min(1.0, updates / max(1, total)), text
 
 
 def _finite(value: object) -> bool:

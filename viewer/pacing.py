@@ -15,6 +15,8 @@ import statistics
 from collections import deque
 
 WATCH_SHARE = 0.04  # cores the window may spend drawing while nobody uses it
+# ... while the viewport replays an episode at 1x: more frames, so the motion reads as motion
+REPLAY_WATCH_SHARE = 0.10
 WATCH_TICK_S = 0.05  # while nobody uses it, the loop looks for input and news this often
 ACTIVE_S = 1.0  # after input, draw at the full rate for this long
 IDLE_S = 1.0  # draw at least this often: keys and clicks are read only when a frame is drawn

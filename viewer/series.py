@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.config import Config
+from agent.published import paper_differences
 from agent.published import published_curve as read_published
 
 ACTION_REPEAT = 2  # the published CSVs count environment steps
@@ -97,7 +99,20 @@ def chart_line(
     return x.tolist(), y.tolist()
 
 
-def published_curve(task: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """The authors' mean evaluation return over seeds at each agent step, if published."""
+def published_curve(
+    task: str, action_repeat: int = ACTION_REPEAT
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The authors' mean evaluation return over seeds, if published, against the agent steps of
+    a run with this action repeat (the same environment steps)."""
     curve = read_published(task)
-    return None if curve is None else (curve[0] / ACTION_REPEAT, curve[1])
+    return None if curve is None else (curve[0] / action_repeat, curve[1])
+
+
+def published_note(cfg: Config, published: bool) -> str:
+    """The line under the return chart: what the reference line is and how this run's settings
+    differ from those of the published runs."""
+    if not published:
+        return "no published curve for this task"
+    differs = paper_differences(cfg)
+    text = "published line: the authors' TD-MPC2 runs (5M, 3 seeds, evaluations, same env steps)"
+    return text + (f"; this run differs: {', '.join(differs)}" if differs else "")

@@ -57,5 +57,6 @@ class View:
     sources: list[str] = field(default_factory=list)
     source_ids: list[int] = field(default_factory=list)  # the showcase's number of each source
     source: int = -1  # the source the showcase plays now
+    showcase_mode: str = "auto"  # auto, live or replay (workers/showcase/replay.py)
     machine: str = ""
     race: RaceView | None = None  # None: the run is no race

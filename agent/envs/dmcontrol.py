@@ -93,7 +93,8 @@ class DMControlEnv(gymnasium.Env):
         if seed is not None:
             self._env.task.random.seed(seed)
         self._t = 0
-        return self._flatten(self._env.reset().observation), {}
+        observation = self._flatten(self._env.reset().observation)
+        return observation, {"state": self.physics_state()}
 
     def step(self, action: np.ndarray):
         action = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
@@ -107,7 +108,8 @@ class DMControlEnv(gymnasium.Env):
         self._t += 1
         # DMControl tasks never terminate; their time limit is a truncation.
         truncated = self._t >= self.episode_length or step.last()
-        return self._flatten(step.observation), reward, False, truncated, {}
+        info = {"state": self.physics_state()}
+        return self._flatten(step.observation), reward, False, truncated, info
 
     def render(self, camera_id: int | None = None) -> np.ndarray:
         height, width = self.render_size
@@ -124,6 +126,16 @@ class DMControlEnv(gymnasium.Env):
     @property
     def mujoco_model(self):
         return self._env.physics.model
+
+    def physics_state(self) -> np.ndarray:
+        """The pose (MuJoCo's qpos): all a replay needs to draw this moment again."""
+        return self._env.physics.data.qpos.copy()
+
+    def show_state(self, state: np.ndarray) -> None:
+        """Put the model in a recorded pose, for render() (the simulation does not step)."""
+        physics = self._env.physics
+        physics.data.qpos[:] = state
+        physics.forward()
 
     def camera_names(self) -> list[str]:
         """The task's cameras in id order ("camera K" for an unnamed one)."""

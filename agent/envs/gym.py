@@ -129,7 +129,7 @@ class GymEnv(gymnasium.Env):
         self._t = 0
         self._env.action_space.seed(seed)
         obs, info = self._env.reset(seed=seed, options=options)
-        return flatten(obs), {}
+        return flatten(obs), self._state_info()
 
     def scale(self, action: np.ndarray) -> np.ndarray:
         """[-1, 1] to the env's own bounds."""
@@ -146,7 +146,25 @@ class GymEnv(gymnasium.Env):
                 break
         self._t += 1
         truncated = bool(truncated or (self._t >= self.episode_length and not terminated))
-        return flatten(obs), reward, bool(terminated), truncated, {}
+        return flatten(obs), reward, bool(terminated), truncated, self._state_info()
+
+    # replays: a MuJoCo env's pose in and out (other envs have none, and are not replayed)
+    def _state_info(self) -> dict:
+        state = self.physics_state()
+        return {} if state is None else {"state": state}
+
+    def physics_state(self) -> np.ndarray | None:
+        """The pose (MuJoCo's qpos) of a MuJoCo env, else None."""
+        data = getattr(self._env.unwrapped, "data", None)
+        return None if self.mujoco_model is None or data is None else data.qpos.copy()
+
+    def show_state(self, state: np.ndarray) -> None:
+        """Put the model in a recorded pose, for render() (the simulation does not step)."""
+        import mujoco
+
+        data = self._env.unwrapped.data
+        data.qpos[:] = state
+        mujoco.mj_forward(self.mujoco_model, data)
 
     # rendering: the viewport's, through the env's own rgb_array mode
     @property

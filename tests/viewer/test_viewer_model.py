@@ -9,10 +9,11 @@ import sys
 import numpy as np
 import pytest
 
+from agent.config import make_config
 from agent.published import PUBLISHED
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
-from viewer.series import Series, downsample, published_curve, smooth
+from viewer.series import Series, downsample, published_curve, published_note, smooth
 from workers.rundir.records import Episode, Error, Eval, KnobsApplied, Merge, Train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,6 +56,25 @@ def test_published_curve_is_in_agent_steps():
     assert steps[0] == 0 and steps[1] == 50_000  # 100k environment steps, action repeat 2
     assert returns[-1] > 800  # walker-walk is solved by the published runs
     assert published_curve("swimmer-swimmer6") is None  # not among the published tasks
+
+
+def test_the_published_line_follows_the_runs_action_repeat_and_says_what_differs():
+    steps, _ = published_curve("cartpole-balance", action_repeat=8)
+    assert steps[1] == 100_000 / 8  # the same environment steps, fewer agent steps
+    demo = make_config(
+        1, task="cartpole-balance", action_repeat=8, episode_length=125, pretrain_updates=100
+    )
+    note = published_note(demo, published=True)
+    for said in (
+        "model 1M (paper 5M)",
+        "action repeat 8 (paper 2)",
+        "episode length 125 (paper 500)",
+    ):
+        assert said in note
+    assert "pretraining updates 100 (paper 2500)" in note  # 5 x 500 seed steps in the paper
+    assert "samples" not in note  # the paper's planning is kept
+    assert "differs" not in published_note(make_config(5, task="walker-walk"), published=True)
+    assert published_note(demo, published=False) == "no published curve for this task"
 
 
 def test_every_published_task_has_its_reference_curve_shipped():

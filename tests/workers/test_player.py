@@ -182,7 +182,9 @@ def test_showcase_camera_and_source_change_while_playing(player):
         player.set_showcase(camera=0, source=2)
     with pytest.raises(ConfigError, match="source"):
         player.set_showcase(source=True)
-    assert player.showcase_settings() == {"camera": 1, "source": 1}
+    assert player.showcase_settings() == {"camera": 1, "source": 1, "mode": "auto"}
+    with pytest.raises(ConfigError, match="mode must be one of auto, live, replay"):
+        player.set_showcase(mode="fast")
     time.sleep(0.5)
     assert (info(player)["camera"], info(player)["source"]) == (1, 1)
 
@@ -303,3 +305,27 @@ def test_paused_training_lifts_the_showcase_budget(player):
         player.pause()
     assert free > 3 * budgeted, (free, budgeted)
     assert budgeted > 0, "the free time was charged to the budget afterwards"
+
+
+def test_the_showcase_replays_a_workers_finished_episode_at_real_speed(player):
+    """Mode "replay": the newest finished episode of the chosen source, drawn from its recorded
+    poses; the pose on screen follows the wall clock at 1x."""
+    replay = player.path / "replays" / "worker-0.npz"
+    if not replay.exists():  # training is paused here: let worker 0 finish an episode
+        player.resume_training()
+        assert wait_until(replay.exists, timeout=180)
+        player.pause()
+    player.set_showcase(source=0, mode="replay")
+    assert wait_until(lambda: info(player).get("replay") == 1, timeout=60, poll=0.05)
+    first, t_first = info(player), time.monotonic()
+    assert first["replay_worker"] == 0 and first["replay_length"] == EPISODE
+    assert first["step"] <= EPISODE and first["pace"] == 1.0
+    time.sleep(1.0)
+    later, t_later = info(player), time.monotonic()
+    if later["episode"] == first["episode"] and later["step"] < EPISODE:
+        # 50 poses a second at cartpole's 0.02 s per agent step (frames come every ~0.1 s).
+        moved = (later["step"] - first["step"]) * 0.02
+        assert 0.5 * (t_later - t_first) < moved < 1.5 * (t_later - t_first) + 0.3
+    player.set_showcase(mode="live")
+    assert wait_until(lambda: info(player).get("replay") == 0, timeout=60, poll=0.05)
+    player.set_showcase(source=-1, mode="auto")

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import dearpygui.dearpygui as dpg
 
+from viewer import theme
 from viewer.controller import Controller
 from viewer.model import LOSSES
 from viewer.panels.status import LOG
@@ -59,7 +60,8 @@ class ChartsPanel:
             dpg.add_checkbox(label="by lane", tag="by_lane", show=False, callback=self._on_options)
             with dpg.tooltip("by_lane"):
                 dpg.add_text("In a race: one line per lane, the race table's smoothed return.")
-            dpg.add_text("", tag="published_note")  # when the task has no published curve
+        # What the published line is, and how this run's settings differ from the paper's.
+        dpg.add_text("", tag="published_note", wrap=0, color=theme.MUTED)
         with dpg.tab_bar(tag="tabs"):
             with dpg.tab(label="Steps/s"):
                 self.plots["speed"] = LinePlot("speed", "agent steps / s", height=-1)

@@ -20,6 +20,7 @@ from viewer.recorder import ClipRecorder, save_screenshot
 from viewer.view import View
 
 FRAME_H, FRAME_W = 300, 400
+MODE_LABELS = {"auto": "auto: replay if slow", "live": "live play", "replay": "replay at 1x"}
 
 
 class ShowcasePanel:
@@ -63,8 +64,21 @@ class ShowcasePanel:
             dpg.add_combo([], tag="camera", width=150, callback=self._on_camera)
             dpg.add_combo(["merged"], default_value="merged", tag="source", width=150)
             dpg.set_item_callback("source", self._on_source)
-            dpg.add_button(label="Pause rendering", tag="render_pause", callback=self.toggle_render)
+            dpg.add_combo(
+                list(MODE_LABELS.values()),
+                default_value=MODE_LABELS["auto"],
+                tag="showcase_mode",
+                width=150,
+                callback=self._on_mode,
+            )
+            with dpg.tooltip("showcase_mode"):
+                dpg.add_text(
+                    "live: the planner acts with the chosen weights now (slow motion on a CPU)\n"
+                    "replay: their newest finished episode again, at real speed\n"
+                    "auto: replay on a CPU when live play runs under half real speed"
+                )
         with dpg.group(horizontal=True):
+            dpg.add_button(label="Pause rendering", tag="render_pause", callback=self.toggle_render)
             dpg.add_button(label="Reset episode", callback=self.controller.reset_showcase)
             dpg.add_button(label="Screenshot", callback=self.screenshot)
             dpg.add_button(label="Record clip", tag="record", callback=self.toggle_record)
@@ -104,25 +118,9 @@ class ShowcasePanel:
 
     def _update_overlay(self) -> None:
         info, view = self.frame_info or {}, self.view
-        source = info.get("source", -1)
-        if source in (-1, None):
-            whose = "merged weights"
-        elif source <= -2:
-            whose = f"lane {-2 - source}'s merged weights"
-        else:
-            whose = f"worker {source}'s weights"
-        weights_step = info.get("weights_step", -1)
-        weights = (
-            "untrained" if weights_step is None or weights_step < 0 else f"step {weights_step:,}"
-        )
-        line1 = f"{view.task}  ·  {whose} ({weights})"
-        episode, t, ret = info.get("episode", 0) + 1, info.get("step", 0), info.get("return", 0.0)
-        line2 = f"episode {episode}  ·  t {t}  ·  return {ret:.1f}"
+        line1, line2 = overlay_lines(view.task, info)
         if not info.get("renders", 1):
             line1 = f"{view.task}: this environment does not render (training goes on)"
-        pace = info.get("pace", 1.0)
-        if pace < 0.95:  # the player is held to a CPU budget: say that this is slow motion
-            line2 += f"  ·  slow motion {pace:.2f}x"
         flags = []
         if self.render_paused:
             flags.append("rendering paused (Space)")
@@ -146,6 +144,9 @@ class ShowcasePanel:
         if view.sources != self._shown_sources:
             self._shown_sources, self._source_ids = view.sources, view.source_ids
             dpg.configure_item("source", items=view.sources)
+        label = MODE_LABELS.get(view.showcase_mode)
+        if label is not None and dpg.get_value("showcase_mode") != label:
+            dpg.set_value("showcase_mode", label)
         if view.source in self._source_ids:  # chosen here, or by the run (a race's start)
             label = self._shown_sources[self._source_ids.index(view.source)]
             if dpg.get_value("source") != label:
@@ -159,6 +160,11 @@ class ShowcasePanel:
     def _on_source(self, sender, value) -> None:
         if value in self._shown_sources:
             self.controller.set_showcase(source=self._source_ids[self._shown_sources.index(value)])
+
+    def _on_mode(self, sender, value) -> None:
+        mode = next((m for m, label in MODE_LABELS.items() if label == value), None)
+        if mode is not None:
+            self.controller.set_showcase(mode=mode)
 
     def toggle_render(self, *_) -> None:
         self.render_paused = not self.render_paused
@@ -206,3 +212,37 @@ class ShowcasePanel:
             else:
                 self.notify(f"clip saved: {path} ({recorder.frames_written} frames)")
         self._update_overlay()
+
+
+def overlay_lines(task: str, info: dict) -> tuple[str, str]:
+    """The viewport overlay's first two lines for a frame's info: what plays (live: whose
+    weights; a replay: whose episode) and where in the episode it is."""
+    source, t = info.get("source", -1), info.get("step", 0)
+    if info.get("replay", 0):
+        worker, step = info.get("replay_worker", 0), info.get("weights_step", 0)
+        if info["replay"] == 2:
+            episode = f"worker {worker}'s evaluation at step {step:,}"
+        else:
+            episode = f"worker {worker}'s episode {info.get('episode', 0)}, step {step:,}"
+        line1 = f"REPLAY 1.0x  ·  {episode}"
+        line2 = (
+            f"t {t} / {info.get('replay_length', 0)}  ·  return {info.get('return', 0.0):.1f}"
+            f" of {info.get('replay_return', 0.0):.1f}"
+        )
+        return line1, line2
+    if source in (-1, None):
+        whose = "merged weights"
+    elif source <= -2:
+        whose = f"lane {-2 - source}'s merged weights"
+    else:
+        whose = f"worker {source}'s weights"
+    weights_step = info.get("weights_step", -1)
+    weights = "untrained" if weights_step is None or weights_step < 0 else f"step {weights_step:,}"
+    line1 = f"{task}  ·  LIVE  ·  {whose} ({weights})"
+    line2 = (
+        f"episode {info.get('episode', 0) + 1}  ·  t {t}  ·  return {info.get('return', 0.0):.1f}"
+    )
+    pace = info.get("pace", 1.0)
+    if pace < 0.95:  # the player is held to a CPU budget: say that this is slow motion
+        line2 += f"  ·  slow motion {pace:.2f}x"
+    return line1, line2

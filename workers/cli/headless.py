@@ -70,7 +70,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         f"{threads.describe()}\n{describe_precision(run.cfg.bf16, run.cfg.device)}",
         file=sys.stderr,
     )
-    progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_seed_steps, not args.quiet)
+    progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_pretrain_updates, not args.quiet)
     interrupted = False
     next_table = time.monotonic() + RACE_TABLE_S
     try:

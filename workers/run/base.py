@@ -196,16 +196,20 @@ class BaseRun(ABC):
         camera, is not listed."""
         return self.showcase.camera_names()
 
-    def set_showcase(self, camera: int | None = None, source: int | None = None) -> None:
-        """Choose the showcase camera (an id of camera_names(), or -1: the free camera) and the
-        weights it plays (-1: merged, k: worker k's newest, -2 - L: race lane L's merged).
-        Applies within one player step, also to a player started later; an out-of-range value
-        changes nothing."""
+    def set_showcase(
+        self, camera: int | None = None, source: int | None = None, mode: str | None = None
+    ) -> None:
+        """Choose the showcase camera (an id of camera_names(), or -1: the free camera), the
+        weights it plays (-1: merged, k: worker k's newest, -2 - L: race lane L's merged) and
+        its mode: "live" (the planner acting with those weights), "replay" (their newest
+        finished episode again at 1x) or "auto" (replay on a CPU where live play is under half
+        real speed). Applies within one player step, also to a player started later; an
+        out-of-range value changes nothing."""
         lanes = len(self.race.record().lanes)
-        self.showcase.choose(self.settings.workers, camera, source, lanes)
+        self.showcase.choose(self.settings.workers, camera, source, lanes, mode)
 
-    def showcase_settings(self) -> dict[str, int]:
-        """The camera and source the showcase uses now (or will, once started)."""
+    def showcase_settings(self) -> dict:
+        """The camera, source and mode the showcase uses now (or will, once started)."""
         return self.showcase.settings()
 
     def reset_showcase(self) -> None:

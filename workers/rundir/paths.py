@@ -10,6 +10,8 @@ merge/worker-K.pt     worker K's last merge contribution; merge/merged.pt the me
 merge/members.json    who merges now (workers/merging/files.py)
 merge/lane-L/         lane L's merge pool in a race: its workers' files and its merged.pt
 start.pt              the weights a new run starts from (--load; workers/cli/new_run.py)
+replays/worker-K.npz  worker K's newest episode as poses, for the viewport's replay
+                      (-eval: its newest evaluation's last episode; replays.py)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ MEMBERS = "members.json"
 CHECKPOINTS = "checkpoints"
 PLAYER_LOG = "player.jsonl"
 START = "start.pt"
+REPLAYS = "replays"
 
 
 def metrics_name(index: int | str) -> str:

@@ -18,6 +18,7 @@ from agent.errors import ConfigError, UserError
 from workers.host.signals import children_ignore_ctrl_c
 from workers.showcase.frames import FrameBuffer
 from workers.showcase.player import PlayerSpec, ShowcaseControls, player_main, task_cameras
+from workers.showcase.replay import MODES
 
 DEFAULT_SHARE = 0.07  # showcase CPU budget (cores) when training on the CPU
 
@@ -34,7 +35,7 @@ class Showcase:
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = ctx.Event(), ctx.Event()
         self._controls = ShowcaseControls(
-            ctx.Value("i", 0), ctx.Value("i", -1), ctx.Event(), resting
+            ctx.Value("i", 0), ctx.Value("i", -1), ctx.Event(), resting, ctx.Value("i", 0)
         )
         self._camera_names: list[str] | None = None
 
@@ -99,10 +100,13 @@ class Showcase:
         camera: int | None = None,
         source: int | None = None,
         lanes: int = 0,
+        mode: str | None = None,
     ) -> None:
-        """Set the camera (-1: free) and the weights played (-1: merged, k < `workers`: worker
-        k's newest, -2 - L: lane L's merged, L < `lanes`); an out-of-range value changes
-        nothing (ConfigError)."""
+        """Set the camera (-1: free), the weights played (-1: merged, k < `workers`: worker
+        k's newest, -2 - L: lane L's merged, L < `lanes`) and the mode (auto, live or replay:
+        see replay.py); an out-of-range value changes nothing (ConfigError)."""
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if camera is not None:
             last = len(self.camera_names()) - 1
             if not is_int(camera) or not -1 <= camera <= last:
@@ -122,9 +126,17 @@ class Showcase:
             self._controls.camera.value = int(camera)
         if source is not None:
             self._controls.source.value = int(source)
+        if mode is not None:
+            self._controls.mode.value = MODES.index(mode)
 
-    def settings(self) -> dict[str, int]:
-        return {"camera": self._controls.camera.value, "source": self._controls.source.value}
+    def settings(self) -> dict:
+        """{"camera": id, "source": number, "mode": "auto" | "live" | "replay"}."""
+        controls = self._controls
+        return {
+            "camera": controls.camera.value,
+            "source": controls.source.value,
+            "mode": MODES[controls.mode.value],
+        }
 
     def reset(self) -> None:
         self._controls.reset.set()

@@ -13,7 +13,7 @@ import numpy as np
 # int64 header slots: sequence, height, width, then the frame info (INFO fields in order), the
 # rest reserved so fields can be added without changing the layout of those before them; the
 # last slot is the reader's: the sequence of the frame it took last.
-HEADER = 16
+HEADER = 24
 INFO = (
     "episode",
     "step",
@@ -24,7 +24,12 @@ INFO = (
     "weights_step",
     "pace",
     "renders",  # 0: the env draws no frames (a blank one stands in; the overlay says so)
+    "replay",  # 0: live play; 1: a replay of a training episode, 2: of an evaluation episode
+    "replay_worker",  # whose episode a replay shows
+    "replay_return",  # the replayed episode's whole return (return: so far)
+    "replay_length",  # its agent steps (step: the pose shown)
 )
+SCALED = ("return", "pace", "replay_return")  # stored x 1000
 _INFO_AT = 3  # first info slot
 _TAKEN = HEADER - 1
 
@@ -54,6 +59,10 @@ class FrameBuffer:
         weights_step: int = -1,
         pace: float = 1.0,
         renders: bool = True,
+        replay: int = 0,
+        replay_worker: int = -1,
+        replay_return: float = 0.0,
+        replay_length: int = 0,
     ) -> None:
         self.header[0] += 1  # odd: writing
         self.pixels[:] = frame
@@ -67,6 +76,10 @@ class FrameBuffer:
             weights_step,
             int(pace * 1000),
             int(renders),
+            replay,
+            replay_worker,
+            int(replay_return * 1000),
+            replay_length,
         )
         self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
         self.header[0] += 1  # even: complete
@@ -91,8 +104,8 @@ class FrameBuffer:
             return None
         self.header[_TAKEN] = seq
         info: dict = dict(zip(INFO, (int(v) for v in values)))
-        info["return"] /= 1000
-        info["pace"] /= 1000
+        for name in SCALED:
+            info[name] /= 1000
         info["sequence"] = seq
         return frame, info
 

@@ -1,10 +1,12 @@
 """The showcase player: a process that plays a policy of the run and renders it offscreen.
 
-It shows the merged weights or, when asked, one worker's newest weights (shown_weights.py),
-reloading them at each episode start when the file changed. The camera, the source and an
-episode reset are shared values the run changes while the player runs. It acts with the planner
-in evaluation mode at real-time pace (or as fast as it can), writes each rendered frame into
-shared memory (frame_buffer.py) and logs each finished episode's return to player.jsonl."""
+Live, it shows the merged weights or, when asked, one worker's newest weights
+(shown_weights.py), reloading them at each episode start when the file changed, and acts with
+the planner in evaluation mode at real-time pace (or as fast as its CPU budget allows); each
+finished live episode's return goes to player.jsonl. As a replay (replay.py) it draws the
+source's newest finished episode again from its recorded poses at 1x. The camera, the source,
+the mode and an episode reset are shared values the run changes while the player runs. Each
+rendered frame goes into shared memory (frames.py)."""
 
 from __future__ import annotations
 
@@ -27,11 +29,15 @@ from workers.host.threads import SHOWCASE_THREADS, apply_threads
 from workers.rundir.directory import RunDir
 from workers.rundir.paths import PLAYER_LOG
 from workers.rundir.records import ShowcaseEpisode
+from workers.rundir.replays import KINDS, EpisodeReplay
 from workers.showcase.frames import FrameBuffer
+from workers.showcase.replay import MODES, Playhead, newest_episode, use_replay
 from workers.showcase.shown_weights import ShownWeights
 
 SLOW_CHECK_STEPS = 5  # in slow motion, look for newer weights every this many steps
 SLOW_SWITCH_S = 20.0  # ... once an episode has played this long (short ones still finish)
+LIVE_PROBE_S = 3.0  # auto mode judges live play's speed after this long
+REPLAY_TICK_S = 0.02  # a replay looks for a wanted frame at least this often
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class ShowcaseControls:
     source: Any  # -1: the merged weights, k: worker k's newest weights
     reset: Any  # set: end the current episode now and start a new one
     training_paused: Any = None  # set: the workers are paused, the CPU budget is lifted
+    mode: Any = None  # index into MODES: auto (replay where live is slow), live, replay
 
 
 def task_cameras(cfg: Config) -> list[str]:
@@ -128,6 +135,190 @@ class Pace:
         return self.speed
 
 
+class Player:
+    """The player's loop: live episodes (the planner acting with the shown weights) or replays
+    of finished episodes (recorded poses at 1x, no planning), as the controls ask."""
+
+    def __init__(self, spec: PlayerSpec, render_paused, stop, controls: ShowcaseControls, term):
+        self.spec, self.render_paused, self.stop, self.controls = (
+            spec,
+            render_paused,
+            stop,
+            controls,
+        )
+        self.term = term
+        self.parent = os.getppid()
+        self.budget = CpuBudget(spec.cpu_share)
+        self.cfg = cfg = Config(**spec.cfg)
+        self.env = env_of(cfg, cfg.seed + 99_999, render_size=(spec.height, spec.width))
+        light_rendering(self.env)
+        self.agent = TDMPC2(
+            cfg, self.env.observation_space.shape[0], self.env.action_space.shape[0]
+        )
+        self.frames = FrameBuffer(spec.height, spec.width, spec.frame_name, create=False)
+        self.log = RunDir(spec.run_path, metrics=PLAYER_LOG)
+        self.shown = ShownWeights(self.agent, Path(spec.run_path), self.log)
+        self.blank = np.zeros((spec.height, spec.width, 3), np.uint8)  # an env that cannot render
+        self.pace = Pace(self.env.control_timestep)
+        self.live_speed: float | None = None  # the live pace last measured (auto mode's guide)
+        self.episode, self.last_render, self.rendered = 0, 0.0, False
+        self.clock, self.sleep = time.monotonic, time.sleep  # a replay's (tests: a fake clock)
+
+    def running(self) -> bool:
+        alive = os.getppid() == self.parent  # the run's process died (kill -9): no orphan
+        return alive and not self.stop.is_set() and not self.term.is_set()
+
+    def mode(self) -> str:
+        value = self.controls.mode.value if self.controls.mode is not None else 0
+        return MODES[value] if 0 <= value < len(MODES) else "auto"
+
+    def wants_replay(self) -> bool:
+        paused = self.controls.training_paused
+        # While training is paused the budget is lifted: live play is fast again.
+        budgeted = self.spec.cpu_share > 0 and not (paused is not None and paused.is_set())
+        return use_replay(self.mode(), self.live_speed, budgeted)
+
+    def run(self) -> None:
+        self.budget.restart()  # loading the model and the env is not charged to the frames
+        try:
+            while self.running():
+                # A reset asked for while the last episode was ending is served by this one.
+                self.controls.reset.clear()
+                if self.wants_replay():
+                    replay = newest_episode(Path(self.spec.run_path), self.controls.source.value)
+                    if replay is not None and self.env.renders:
+                        self.play_replay(replay)
+                        continue
+                self.play_live()
+        finally:
+            self.log.close()
+            self.frames.close()
+            self.env.close()
+
+    # frames ----------------------------------------------------------------------------
+    def frame_due(self, now: float) -> bool:
+        """A frame is wanted (the reader took the last one), rendering is on, and the frame
+        rate cap allows one."""
+        due = now - self.last_render >= 1.0 / self.spec.max_fps
+        return due and self.frames.wanted() and not self.render_paused.is_set()
+
+    def render(self) -> tuple[np.ndarray, int, bool]:
+        camera = self.controls.camera.value
+        frame = self.env.render(camera_id=camera) if self.env.renders else None
+        if not self.rendered:
+            # The first frame sets up the GL context (0.4 s of CPU on software GL): a one-off,
+            # not charged to the budget, which would otherwise hold the next frames back.
+            self.rendered = True
+            self.budget.restart()
+        return (self.blank if frame is None else frame), camera, frame is not None
+
+    def keep_budget(self) -> None:
+        paused = self.controls.training_paused
+        if paused is not None and paused.is_set():
+            self.budget.restart()  # the cores are free: no budget, and no debt after
+        else:
+            self.budget.throttle()
+
+    # live --------------------------------------------------------------------------------
+    def play_live(self) -> None:
+        """One episode of the planner acting with the shown weights, at real-time pace or as
+        fast as the budget allows; a finished one is logged to player.jsonl."""
+        env, agent, shown, controls = self.env, self.agent, self.shown, self.controls
+        shown.refresh(controls.source.value)
+        obs, _ = env.reset(seed=self.cfg.seed + self.episode)
+        total, done, t, t0 = 0.0, False, 0, True
+        started = next_time = time.monotonic()
+        step_seconds = env.control_timestep
+        while not done and self.running():
+            # A new source ends the episode too, so an episode's return is one policy's.
+            if controls.reset.is_set() or controls.source.value != shown.source:
+                break
+            # In slow motion an episode can take minutes: after SLOW_SWITCH_S show newer
+            # weights rather than finish it with old ones (then not logged, like a reset).
+            played = time.monotonic() - started
+            if self.pace.slow() and t % SLOW_CHECK_STEPS == 0 and played >= SLOW_SWITCH_S:
+                if shown.newer():
+                    break
+            # Auto mode: once live play has shown itself slow for a while, replay instead.
+            if played >= LIVE_PROBE_S:
+                self.live_speed = self.pace.speed
+                if self.wants_replay():
+                    break
+            action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
+            obs, reward, terminated, truncated, _ = env.step(action.numpy())
+            total, t, t0, done = total + reward, t + 1, False, terminated or truncated
+            now = time.monotonic()
+            speed = self.pace.step(now)
+            if self.frame_due(now):
+                self.last_render = now
+                frame, camera, renders = self.render()
+                self.frames.write(
+                    frame,
+                    self.episode,
+                    t,
+                    shown.round,
+                    total,
+                    camera=camera,
+                    source=shown.source,
+                    weights_step=shown.step,
+                    pace=speed,
+                    renders=renders,
+                )
+            self.keep_budget()
+            if self.spec.realtime:
+                # Behind real time (slow CPU or budget): go on from now, no catch-up burst.
+                next_time = max(next_time + step_seconds, time.monotonic() - step_seconds)
+                time.sleep(max(0.0, next_time - time.monotonic()))
+        if done:
+            self.log.log(
+                ShowcaseEpisode(
+                    episode=self.episode,
+                    ret=total,
+                    weights_round=shown.round,
+                    source=shown.source,
+                    weights_step=shown.step,
+                )
+            )
+        self.episode += 1
+
+    # replay ------------------------------------------------------------------------------
+    def play_replay(self, replay: EpisodeReplay) -> None:
+        """One recorded episode at 1x: each frame shows the pose of the moment it is drawn
+        (frames the budget cannot afford are skipped, never the time between them)."""
+        controls, source, mode = self.controls, self.controls.source.value, self.mode()
+        head = Playhead(replay, self.clock)
+        shown_index = -1
+        while self.running() and not head.finished():
+            if controls.reset.is_set() or controls.source.value != source or self.mode() != mode:
+                break
+            now = self.clock()
+            index = head.index()
+            if index != shown_index and self.frame_due(now):
+                self.last_render, shown_index = now, index
+                self.env.show_state(replay.states[index])
+                frame, camera, renders = self.render()
+                self.frames.write(
+                    frame,
+                    replay.episode,
+                    index,
+                    -1,
+                    replay.return_at(index),
+                    camera=camera,
+                    source=source,
+                    weights_step=replay.step,
+                    pace=1.0,
+                    renders=renders,
+                    replay=1 + KINDS.index(replay.kind),
+                    replay_worker=replay.worker,
+                    replay_return=replay.ret,
+                    replay_length=replay.length,
+                )
+            self.keep_budget()
+            # Look again at the next pose's time, or soon for a frame the reader wants.
+            wait = (index + 1) * replay.step_seconds - head.elapsed()
+            self.sleep(min(max(0.001, wait), REPLAY_TICK_S))
+
+
 def player_main(
     spec: PlayerSpec, render_paused, stop, controls: ShowcaseControls | None = None
 ) -> None:
@@ -138,84 +329,6 @@ def player_main(
     os.nice(10)
     os.environ.setdefault("LP_NUM_THREADS", "1")  # software GL: one render thread, not all cores
     apply_threads(SHOWCASE_THREADS)
-    parent = os.getppid()
-    budget = CpuBudget(spec.cpu_share)
     if controls is None:
         controls = ShowcaseControls(mp.Value("i", spec.camera_id), mp.Value("i", -1), mp.Event())
-    cfg = Config(**spec.cfg)
-    env = env_of(cfg, cfg.seed + 99_999, render_size=(spec.height, spec.width))
-    light_rendering(env)
-    agent = TDMPC2(cfg, env.observation_space.shape[0], env.action_space.shape[0])
-    frames = FrameBuffer(spec.height, spec.width, spec.frame_name, create=False)
-    log = RunDir(spec.run_path, metrics=PLAYER_LOG)
-    shown = ShownWeights(agent, Path(spec.run_path), log)
-    step_seconds = env.control_timestep
-    blank = np.zeros((spec.height, spec.width, 3), np.uint8)  # for an env that cannot render
-    pace = Pace(step_seconds)
-    episode, last_render = 0, 0.0
-    try:
-        while not stop.is_set() and not term_signal.is_set() and os.getppid() == parent:
-            # A reset asked for while the last episode was ending is served by this new one.
-            controls.reset.clear()
-            shown.refresh(controls.source.value)
-            obs, _ = env.reset(seed=cfg.seed + episode)
-            total, done, t, t0 = 0.0, False, 0, True
-            started = next_time = time.monotonic()
-            while not done and not stop.is_set() and not term_signal.is_set():
-                # A new source ends the episode too, so an episode's return is one policy's.
-                if controls.reset.is_set() or controls.source.value != shown.source:
-                    break
-                # In slow motion an episode can take minutes: after SLOW_SWITCH_S show newer
-                # weights rather than finish it with old ones (then not logged, like a reset).
-                played = time.monotonic() - started
-                if pace.slow() and t % SLOW_CHECK_STEPS == 0 and played >= SLOW_SWITCH_S:
-                    if shown.newer():
-                        break
-                action = agent.act(torch.from_numpy(obs), t0=t0, eval_mode=True)
-                obs, reward, terminated, truncated, _ = env.step(action.numpy())
-                total, t, t0, done = total + reward, t + 1, False, terminated or truncated
-                now = time.monotonic()
-                speed = pace.step(now)
-                due = now - last_render >= 1.0 / spec.max_fps
-                if due and frames.wanted() and not render_paused.is_set():
-                    last_render = now
-                    camera = controls.camera.value
-                    frame = env.render(camera_id=camera) if env.renders else None
-                    frames.write(
-                        blank if frame is None else frame,
-                        episode,
-                        t,
-                        shown.round,
-                        total,
-                        camera=camera,
-                        source=shown.source,
-                        weights_step=shown.step,
-                        pace=speed,
-                        renders=frame is not None,
-                    )
-                paused = controls.training_paused
-                if paused is not None and paused.is_set():
-                    budget.restart()  # the cores are free: no budget, and no debt after
-                else:
-                    budget.throttle()
-                if spec.realtime:
-                    # Behind real time (slow CPU or budget): go on from now, no catch-up burst.
-                    next_time = max(next_time + step_seconds, time.monotonic() - step_seconds)
-                    time.sleep(max(0.0, next_time - time.monotonic()))
-                if os.getppid() != parent:  # the run's process died (kill -9): no orphan
-                    break
-            if done:
-                log.log(
-                    ShowcaseEpisode(
-                        episode=episode,
-                        ret=total,
-                        weights_round=shown.round,
-                        source=shown.source,
-                        weights_step=shown.step,
-                    )
-                )
-            episode += 1
-    finally:
-        log.close()
-        frames.close()
-        env.close()
+    Player(spec, render_paused, stop, controls, term_signal).run()

@@ -27,7 +27,7 @@ from workers.rundir.directory import RunDir, save_state
 from workers.rundir.records import Episode, Eval, Record, Stop, Train
 from workers.training.evaluation import evaluate
 from workers.training.loop_hooks import NoHooks, StopTraining, TrainingHooks
-from workers.training.member import EpisodeSoFar, Member
+from workers.training.member import EpisodeSoFar, Member, state_at
 from workers.training.progress import Progress
 
 
@@ -63,6 +63,7 @@ class Trainer:
             env_kwargs=cfg.env_options,
         )
         obs_dim = self.env.single_observation_space.shape[0]
+        self.step_seconds = float(self.env.get_attr("control_timestep")[0])  # for replays
         action_dim = self.env.single_action_space.shape[0]
         self.agent = TDMPC2(cfg, obs_dim, action_dim, seeds=seeds)
         # Room for the training steps plus each episode's first row (no transition into it).
@@ -85,7 +86,7 @@ class Trainer:
             for k, seed in enumerate(seeds)
         ]
         self.progress = Progress(cfg.steps, enabled=progress)
-        self._pretrain_total = cfg.resolved_seed_steps
+        self._pretrain_total = cfg.resolved_pretrain_updates
         self.log_every_s = log_every_s
         self.step = 0
         self.updates = 0
@@ -167,12 +168,14 @@ class Trainer:
 
         on_step(0)
         seeds = [m.seed + 10_000 for m in self.members]
-        for m, returns in zip(
-            self.members, evaluate(self.agent, self.cfg, episodes, seeds, on_step)
+        last: list[tuple] = []  # each worker's last evaluation episode (poses, rewards)
+        for m, returns, (states, rewards) in zip(
+            self.members, evaluate(self.agent, self.cfg, episodes, seeds, on_step, last), last
         ):
             mean = float(np.mean(returns))
             m.eval_returns.append((self.step, mean))
             m.log(Eval(step=self.step, ret=mean, returns=tuple(round(r, 3) for r in returns)))
+            m.keep_replay(states, rewards, "eval", self.step, self.step_seconds)
         self.progress.set(eval_return=float(np.mean([m.eval_returns[-1][1] for m in self.members])))
         self.progress.phase(before)
 
@@ -257,13 +260,13 @@ class Trainer:
     def _train(self) -> None:
         cfg, env, n = self.cfg, self.env, self.cfg.num_envs
         seed_steps = cfg.resolved_seed_steps
-        obs, _ = env.reset(seed=self.env_seeds)
+        obs, info = env.reset(seed=self.env_seeds)
         for k, m in enumerate(self.members):
-            m.episodes = [EpisodeSoFar(obs=[o]) for o in obs[k * n : (k + 1) * n]]
+            m.episodes = [self._new_episode(obs, info, k * n + i) for i in range(n)]
         t0 = torch.ones(len(self.env_seeds), dtype=torch.bool)
         next_eval = (self.step // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else None
         if self.pretrain_updates and not self.pretrained:  # resumed from a stop mid-pretraining
-            self._pretrain(seed_steps)
+            self._pretrain()
         while self.step < cfg.steps:
             action = self._act(obs, t0).astype(np.float32)
             # The envs step (in their processes, where cores allow) while this step's update
@@ -286,14 +289,16 @@ class Trainer:
                     ep.rewards.append(float(reward[j]))
                     if done[j]:
                         ep.obs.append(info["final_obs"][j])
+                        ep.add_state(state_at(info.get("final_info", {}), j))
                         self._finish_episode(m, ep, bool(terminated[j]), i)
-                        m.episodes[i] = EpisodeSoFar(obs=[obs[j]])
+                        m.episodes[i] = self._new_episode(obs, info, j)
                     else:
                         ep.obs.append(obs[j])
+                        ep.add_state(state_at(info, j))
             t0 = torch.from_numpy(done)
             if not self.pretrained and self.step >= seed_steps:
                 if all(m.buffer.can_sample() for m in self.members):
-                    self._pretrain(seed_steps)
+                    self._pretrain()
             # Until the first update: random seed steps, or (weights from elsewhere, see
             # start_at) acting while the buffer fills.
             self.progress.phase("training" if self.pretrained else "seeding")
@@ -303,13 +308,20 @@ class Trainer:
                 self._evaluate()
             self.hooks.after_step(self)
 
-    def _pretrain(self, seed_steps: int) -> None:
-        """As many updates as there were seed steps (those a stop interrupted are not redone)."""
-        self._pretrain_total = seed_steps
-        self.progress.phase("pretraining", self.pretrain_updates, seed_steps)
+    def _pretrain(self) -> None:
+        """The pretraining updates (by default as many as seed steps; those done before a stop
+        are not redone)."""
+        total = self._pretrain_total = self.cfg.resolved_pretrain_updates
+        self.progress.phase("pretraining", self.pretrain_updates, total)
         self.progress.show(self.step, force=True)
-        self._update(seed_steps - self.pretrain_updates)
+        self._update(max(0, total - self.pretrain_updates))
         self.pretrained = True
+
+    @staticmethod
+    def _new_episode(obs: np.ndarray, info: dict, j: int) -> EpisodeSoFar:
+        """Env j's episode from its first observation (and pose, kept for a replay)."""
+        state = state_at(info, j)
+        return EpisodeSoFar(obs=[obs[j]], states=None if state is None else [state])
 
     def _finish_episode(
         self, m: Member, ep: EpisodeSoFar, terminated: bool, env_index: int
@@ -331,4 +343,5 @@ class Trainer:
                 terminated=terminated,
             )
         )
+        m.keep_replay(ep.replay_states(), ep.rewards, "train", self.step, self.step_seconds)
         self.progress.set(episode_return=ret)

@@ -1,0 +1,125 @@
+"""Finished episodes kept for the viewport's replay: the pose of every agent step (MuJoCo's qpos,
+a few numbers each) and the rewards, so the showcase can draw an episode again at real speed
+without planning.
+
+Each worker keeps its newest training episode and the last episode of its newest evaluation,
+one file each (`replays/worker-K.npz`, `replays/worker-K-eval.npz`), rewritten atomically when a
+newer one ends: a latest-wins snapshot, like a frame. A run from before replays has no folder;
+readers then find nothing and the viewport plays live.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workers.rundir.directory import atomic_write_bytes
+from workers.rundir.paths import REPLAYS
+
+KINDS = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class EpisodeReplay:
+    states: np.ndarray  # (T + 1, n): the pose after reset and after each of the T agent steps
+    rewards: np.ndarray  # (T,)
+    worker: int
+    kind: str  # "train" or "eval"
+    step: int  # the worker's agent step when the episode ended
+    episode: int  # the worker's count of such episodes (1: its first)
+    step_seconds: float  # simulated seconds per agent step: 1x replays one per this
+    time: float = 0.0  # when it ended (time.time())
+
+    @property
+    def length(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def ret(self) -> float:
+        return float(self.rewards.sum())
+
+    def return_at(self, index: int) -> float:
+        """The return of the first `index` agent steps (what the overlay shows at pose `index`)."""
+        return float(self.rewards[: max(0, index)].sum())
+
+
+def replay_path(run_path: str | Path, worker: int, kind: str = "train") -> Path:
+    suffix = "" if kind == "train" else f"-{kind}"
+    return Path(run_path) / REPLAYS / f"worker-{worker}{suffix}.npz"
+
+
+def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
+    """Replace the worker's kept episode of this kind with `replay` (atomically)."""
+    meta = dict(
+        worker=replay.worker,
+        kind=replay.kind,
+        step=replay.step,
+        episode=replay.episode,
+        step_seconds=replay.step_seconds,
+        time=replay.time or time.time(),
+    )
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        states=np.asarray(replay.states, np.float64),
+        rewards=np.asarray(replay.rewards, np.float32),
+        meta=np.array(json.dumps(meta)),
+    )
+    path = replay_path(run_path, replay.worker, replay.kind)
+    path.parent.mkdir(exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_replay(path: str | Path) -> EpisodeReplay | None:
+    """The episode in `path`, or None when it is missing or damaged (a replay is best effort)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            states, rewards = data["states"], data["rewards"]
+        replay = EpisodeReplay(
+            states=states,
+            rewards=rewards,
+            worker=int(meta["worker"]),
+            kind=str(meta["kind"]),
+            step=int(meta["step"]),
+            episode=int(meta["episode"]),
+            step_seconds=float(meta["step_seconds"]),
+            time=float(meta["time"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, EOFError):
+        return None
+    if states.ndim != 2 or len(states) != len(rewards) + 1 or replay.step_seconds <= 0:
+        return None
+    return replay
+
+
+def newest_replay(
+    run_path: str | Path, workers: list[int] | None = None, kinds: tuple[str, ...] = KINDS
+) -> Path | None:
+    """The newest kept episode file of these workers (None: any) and kinds, by when it was
+    written, or None when there is none."""
+    folder = Path(run_path) / REPLAYS
+    best: tuple[float, Path] | None = None
+    try:
+        paths = list(folder.glob("worker-*.npz"))
+    except OSError:
+        return None
+    for path in paths:
+        parts = path.stem.split("-")  # worker-K or worker-K-eval
+        if len(parts) not in (2, 3) or not parts[1].isdigit():
+            continue
+        kind = parts[2] if len(parts) == 3 else "train"
+        if kind not in kinds or (workers is not None and int(parts[1]) not in workers):
+            continue
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:  # replaced while we looked
+            continue
+        if best is None or mtime > best[0]:
+            best = (mtime, path)
+    return None if best is None else best[1]
