@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.envs import env_of
 from bench.cli import build_bench_parser
 from viewer.app import FRAME_H, FRAME_W, App
 from viewer.controller import WORKER_NICE, Controller
@@ -28,6 +29,16 @@ from workers.cli.headless import demo_requested
 from workers.cli.new_run import config_from_args, default_run_dir
 from workers.cli.presets import UserError, demo_preset
 from workers.run.owner import Run, RunSettings
+from workers.showcase.replay import MODES
+
+
+def step_seconds(cfg) -> float:
+    """Simulated seconds per agent step of the run's task."""
+    env = env_of(cfg, 0)
+    try:
+        return env.control_timestep
+    finally:
+        env.close()
 
 
 def _wiggle_pointer(stop: threading.Event) -> None:
@@ -75,7 +86,27 @@ def x_server_pids() -> list[int]:
     return pids
 
 
-def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
+def viewport_stats(shown: list[tuple[float, dict]], start: float, end: float, dt: float) -> dict:
+    """New viewport frames per second between start and end, what they showed (live or
+    replay) and the replay's playback speed: simulated time advanced over wall time, between
+    consecutive frames of one replayed episode (dt: simulated seconds per agent step)."""
+    inside = [(t, info) for t, info in shown if start <= t < end]
+    if not inside:
+        return {"fps": 0.0}
+    replays = [(t, i) for t, i in inside if i.get("replay")]
+    simulated = wall = 0.0
+    for (t0, a), (t1, b) in zip(replays, replays[1:]):
+        same = (a["replay_worker"], a["weights_step"]) == (b["replay_worker"], b["weights_step"])
+        if same and b["step"] >= a["step"] and b["step"] < b["replay_length"]:
+            simulated, wall = simulated + (b["step"] - a["step"]) * dt, wall + t1 - t0
+    return {
+        "fps": round(len(inside) / (end - start), 1),
+        "replay_share": round(len(replays) / len(inside), 2),
+        "replay_speed": round(simulated / wall, 2) if wall else None,
+    }
+
+
+def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: str = "auto") -> dict:
     workers = run.settings.workers
     run.start(nice=WORKER_NICE)  # as the window starts them
     while not all(w["state"] == "training" for w in run.progress()):
@@ -99,7 +130,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
         (t0, _, c0), (t1, _, c1) = marks[i], marks[i + 1]
         return {name: round((c1[name] - c0.get(name, 0.0)) / (t1 - t0), 3) for name in c1}
 
-    controller = Controller((FRAME_H, FRAME_W))
+    controller = Controller((FRAME_H, FRAME_W), viewport=viewport)
     mark()
     time.sleep(seconds)
     mark()
@@ -134,6 +165,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
     mark()
     controller.shutdown()
     before, watching, interacting, after = rate(0), rate(2), rate(3), rate(5)
+    shown, dt = list(app.showcase.shown), step_seconds(run.cfg)
     baseline = (before + after) / 2
     t_watch, t_move, t_end = marks[2][0], marks[3][0], marks[4][0]
     return {
@@ -150,6 +182,9 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
         "window_watching": frame_stats(app.frame_stamps, app.work_ms, t_watch, t_move),
         "window_interacting": frame_stats(app.frame_stamps, app.work_ms, t_move, t_end),
         "showcase_pace": paces,
+        "viewport": viewport,
+        "viewport_watching": viewport_stats(shown, t_watch, t_move, dt),
+        "viewport_interacting": viewport_stats(shown, t_move, t_end, dt),
         "cores_used": {
             "no_window_before": cores(0),
             "window_watching": cores(2),
@@ -162,6 +197,9 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0) -> dict:
 def main(argv: list[str]) -> int:
     parser = build_bench_parser()
     parser.add_argument("--viewer", type=int, default=2, metavar="N", help="workers")
+    parser.add_argument(
+        "--viewport", choices=MODES, default="auto", help="what the viewport shows (--viewer)"
+    )
     args = parser.parse_args(argv)
     try:
         check_display()
@@ -172,7 +210,7 @@ def main(argv: list[str]) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = viewer_benchmark(run, args.seconds)
+    result = viewer_benchmark(run, args.seconds, viewport=args.viewport)
     if args.json:
         print(json.dumps(result))
     else:
@@ -186,6 +224,8 @@ def main(argv: list[str]) -> int:
                 f"{result[f'window_cost_{name}'] * 100:.1f} %"
             )
         print("showcase speed (share of real time):", result["showcase_pace"])
+        for name in ("watching", "interacting"):
+            print(f"viewport {name} ({args.viewport}):", result[f"viewport_{name}"])
         for phase, used in result["cores_used"].items():
             print(f"cores used, {phase}: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     return 0

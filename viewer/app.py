@@ -313,7 +313,7 @@ class App:
 
     def _write_ui_map(self) -> None:
         """Screen rectangles of the main controls, for end-to-end tests that drive real input,
-        and the race table's texts ("texts": what the window shows, read back)."""
+        and texts the window shows, read back ("texts": the race table, the viewport overlay)."""
         tags = ["viewport_draw", "render_pause", "record", "train_pause", "worker_table"]
         tags += ["promote", "knob_lane"] + self.knobs.tags + self.charts.tags
         rects = {}
@@ -321,7 +321,8 @@ class App:
             state = dpg.get_item_state(tag)
             if "rect_min" in state and state.get("visible", True):
                 rects[str(tag)] = [*state["rect_min"], *state["rect_size"]]
-        rects["texts"] = {"race": self.race.texts()}
+        overlay = [dpg.get_item_configuration(f"overlay_{i}")["text"] for i in (1, 2)]
+        rects["texts"] = {"race": self.race.texts(), "overlay": overlay}
         path = Path(self.ui_map_path)
         path.with_suffix(".tmp").write_text(json.dumps(rects))
         path.with_suffix(".tmp").replace(path)  # a reader never sees half of it

@@ -35,8 +35,9 @@ OWNER_ACTIONS = ("pause", "resume_training", "checkpoint")
 
 
 class Controller:
-    def __init__(self, frame_size: tuple[int, int] = (300, 400)):
+    def __init__(self, frame_size: tuple[int, int] = (300, 400), viewport: str = "auto"):
         self.frame_size = frame_size
+        self.viewport = viewport  # the showcase's mode, kept for the next run opened
         self.options = ChartOptions()
         self.view = View(version=0, phase="idle")
         self.notices: queue.SimpleQueue[str] = queue.SimpleQueue()  # one-line messages
@@ -97,6 +98,8 @@ class Controller:
         self._commands.put(self._remove_worker)
 
     def set_showcase(self, **kwargs: int | str) -> None:
+        if "mode" in kwargs:
+            self.viewport = str(kwargs["mode"])
         self._commands.put(lambda: self._call("set_showcase", **kwargs))
 
     def reset_showcase(self) -> None:
@@ -235,6 +238,7 @@ class Controller:
             self._phase = "idle" if self._run is None else "stopped"
             raise
         run.launch(nice=WORKER_NICE)
+        run.set_showcase(mode=self.viewport)
         run.start_player(*self.frame_size)
         self._show_racing_weights(run)
         with self._run_lock:

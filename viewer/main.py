@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     if threads:
         print(threads, file=sys.stderr)
     print(describe_precision(run.cfg.bf16, run.cfg.device), file=sys.stderr)
-    controller = Controller((FRAME_H, FRAME_W))
+    controller = Controller((FRAME_H, FRAME_W), viewport=args.viewport)
     try:
         stats = App(controller, open_first=lambda: run).run()
         print(

@@ -19,7 +19,7 @@ from workers.cli.new_run import (
     settings_from_args,
 )
 from workers.cli.presets import (
-    CPU_DEMO_OVERRIDES,
+    CPU_PLANNING,
     Preset,
     cuda_available,
     demo_preset,
@@ -67,7 +67,7 @@ def new_run(
 ) -> Callable[[], Run]:
     """A new run chosen in the window's dialog; the config and the lanes (KEY=VALUE,... per
     lane, lanes apart by ';') are checked now."""
-    overrides = dict(CPU_DEMO_OVERRIDES) if cpu_planning else {}
+    overrides = dict(CPU_PLANNING) if cpu_planning else {}
     preset = Preset(task, model_size, workers, overrides, merge_every)
     cfg = preset_config(preset, device=device)
     settings = RunSettings(

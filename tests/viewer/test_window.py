@@ -1,7 +1,7 @@
 """The window end to end under Xvfb, driven with real X input (xdotool): start launch.py on a tiny
 preset, let it train, type a new planning horizon into its slider, check that every worker
-applied it, take screenshots (Ctrl+P and the whole screen), quit with Ctrl+Q, check the
-checkpoints."""
+applied it, take screenshots (Ctrl+P and the whole screen; the viewport replaying an episode),
+quit with Ctrl+Q, check the checkpoints."""
 
 import json
 import os
@@ -104,7 +104,10 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
     x = x_tool(env)
 
     app = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), *TINY, "--run-dir", str(run)],
+        [
+            *(sys.executable, str(ROOT / "launch.py"), *TINY),
+            *("--run-dir", str(run), "--viewport", "replay"),
+        ],
         cwd=tmp_path,
         env=env,
         stderr=subprocess.PIPE,
@@ -166,6 +169,21 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         chart = screen[top : top + height, left : left + width]
         worker_0_blue = np.all(np.abs(chart - np.array([86, 156, 214])) < 30, axis=-1)
         assert worker_0_blue.sum() > 50, "no data line of worker 0 in the returns chart"
+
+        # --viewport replay: the newest finished episode again at 1x. The overlay says so, and
+        # screenshots a second apart show it moving (an episode here lasts 1 s, then 1 s held).
+        def overlay() -> list[str]:
+            return json.loads(ui_map.read_text())["texts"]["overlay"]
+
+        wait_for(lambda: overlay()[0].startswith("REPLAY 1.0x"), 60, "the overlay to say replay")
+        left, top, width, height = rects["viewport_draw"]
+        views = []
+        for _ in range(3):
+            x("import", "-display", display, "-window", "root", str(screen_png))
+            views.append(iio.imread(screen_png)[top : top + height, left : left + width, :3])
+            assert overlay()[0].startswith("REPLAY 1.0x"), overlay()
+            time.sleep(1.0)
+        assert any(not np.array_equal(a, b) for a, b in zip(views, views[1:])), "no motion"
 
         # Ctrl+Q closes the window; the workers stop and write their checkpoints.
         before_close = time.time()

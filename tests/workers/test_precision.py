@@ -1,5 +1,8 @@
 """The start-up line's number format: native bf16 is found from the CPU's flags."""
 
+import torch
+
+from agent.agent import matmul_precision
 from workers.host.precision import describe_precision, native_bf16
 
 EPYC = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
@@ -20,3 +23,15 @@ def test_the_start_up_line_says_what_was_chosen_and_why():
     assert "float32" in offered and "avx512_bf16" in offered and "--bf16" in offered
     assert "native (amx_bf16)" in describe_precision(True, "cpu", SAPPHIRE)
     assert "emulated" in describe_precision(True, "cpu", OLD)
+
+
+def test_cuda_matmuls_run_in_tf32_as_the_authors_and_cpus_are_left_alone():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        matmul_precision(torch.device("cpu"))
+        assert torch.get_float32_matmul_precision() == "highest"
+        matmul_precision(torch.device("cuda"))  # sets the flag; no GPU needed to set it
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)

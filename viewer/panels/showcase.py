@@ -8,6 +8,7 @@ being recorded takes each of them.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from viewer.recorder import ClipRecorder, save_screenshot
 from viewer.view import View
 
 FRAME_H, FRAME_W = 300, 400
-MODE_LABELS = {"auto": "auto: replay if slow", "live": "live play", "replay": "replay at 1x"}
+MODE_LABELS = {"auto": "auto", "live": "live", "replay": "replay at 1x"}
 
 
 class ShowcasePanel:
@@ -33,6 +34,7 @@ class ShowcasePanel:
         self.last_frame: np.ndarray | None = None
         self.frame_info: dict | None = None
         self.recorder: ClipRecorder | None = None
+        self.shown: deque[tuple[float, dict]] = deque(maxlen=20_000)  # (time, info) per frame
         self._frame_buffer = np.zeros(FRAME_H * FRAME_W * 3, dtype=np.float32)
         self._shown_sources: list[str] = []
         self._source_ids: list[int] = []
@@ -107,6 +109,7 @@ class ShowcasePanel:
         if info["sequence"] == self.frame_seq:
             return False
         self.frame_seq, self.frame_info, self.last_frame = info["sequence"], info, frame
+        self.shown.append((time.perf_counter(), info))
         if frame.shape != (FRAME_H, FRAME_W, 3):
             return True
         np.multiply(frame.reshape(-1), 1.0 / 255.0, out=self._frame_buffer)

@@ -13,6 +13,7 @@ from agent.knobs import knobs
 from workers.cli.parser import CliParser
 from workers.cli.presets import demo_preset
 from workers.rundir.settings import RunSettings
+from workers.showcase.replay import MODES
 
 # Flags with their own handling (not plain Config overrides; config_from_args skips them).
 OWN_HANDLING = {"model_size", "task", "steps", "seed", "device"}
@@ -210,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
     parser.add_argument(
         "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
+    )
+    parser.add_argument(
+        "--viewport",
+        choices=MODES,
+        default="auto",
+        help="window: the viewport plays the policy live, replays the newest finished episode "
+        "at real speed, or (auto) replays on a CPU where live play runs under half real speed",
     )
     add_config_flags(parser)
     return parser

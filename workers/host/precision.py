@@ -31,7 +31,7 @@ def describe_precision(bf16: bool, device: str, cpuinfo: str | None = None) -> s
     """The start-up line: the number format the workers compute in, and why (`device`: the
     config's, "auto" included)."""
     if resolve_device(device).type == "cuda":
-        return "precision: float32 (CUDA)"
+        return "precision: float32 with TF32 matmuls (CUDA, as the authors run it)"
     native = native_bf16(cpuinfo)
     if bf16:
         how = f"native ({native})" if native else "emulated: this CPU has no bf16 unit, slower"
