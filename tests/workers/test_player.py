@@ -21,7 +21,7 @@ from workers.run.owner import Run, RunSettings
 from workers.rundir.directory import RunDir, load_state, save_state
 from workers.rundir.records import Checkpoint, KnobsApplied, Merge
 from workers.showcase.frames import FrameBuffer
-from workers.showcase.player import Pace
+from workers.showcase.pacing import Pace
 from workers.showcase.shown_weights import ShownWeights, model_weights, weights_file
 
 EPISODE = 200  # long enough that a reset is told apart from an episode's natural end

@@ -13,7 +13,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from workers.rundir.paths import PLAYER_LOG
 from workers.rundir.records import ShowcaseEpisode
 from workers.rundir.replays import KINDS, EpisodeReplay
 from workers.showcase.frames import FrameBuffer
+from workers.showcase.pacing import CpuBudget, Pace
 from workers.showcase.replay import MODES, Playhead, newest_episode, use_replay
 from workers.showcase.shown_weights import ShownWeights
 
@@ -51,34 +51,6 @@ class PlayerSpec:
     camera_id: int = 0  # used only when player_main gets no controls
     max_fps: float = 30.0  # most frames rendered per second (and only those the reader takes)
     cpu_share: float = 0.0  # most CPU time per second it may use (cores); 0: no limit
-
-
-class CpuBudget:
-    """Keeps a process under `share` cores of CPU time by sleeping when it gets ahead.
-
-    A priority alone does not work for the showcase: at the lowest priority it is starved by
-    workers that keep every core busy (no frames at all), at normal priority it takes a worker's
-    share. With a budget it plays (in slow motion when it must) and costs at most its share.
-    """
-
-    def __init__(self, share: float, window_s: float = 10.0):
-        self.share, self.window_s = share, window_s
-        self.restart()
-
-    def restart(self) -> None:
-        """Count from now: time used while the budget did not apply is not charged later."""
-        self.cpu0, self.wall0 = time.process_time(), time.monotonic()
-
-    def throttle(self) -> float:
-        """Sleep as long as needed to be back within budget; returns the seconds slept."""
-        if self.share <= 0:
-            return 0.0
-        ahead = (time.process_time() - self.cpu0) / self.share - (time.monotonic() - self.wall0)
-        if ahead > 0:
-            time.sleep(ahead)
-        if time.monotonic() - self.wall0 > self.window_s:
-            self.restart()
-        return max(0.0, ahead)
 
 
 @dataclass
@@ -111,28 +83,6 @@ def light_rendering(env: Env) -> None:
     quality = env.mujoco_model.vis.quality
     quality.offsamples = 0
     quality.shadowsize = min(quality.shadowsize, 512)
-
-
-class Pace:
-    """The showcase's speed relative to the simulation's clock over the last few seconds."""
-
-    def __init__(self, step_seconds: float, window_s: float = 5.0):
-        self.step_seconds, self.window_s = step_seconds, window_s
-        self.times: deque[float] = deque()
-        self.speed = 1.0
-
-    def slow(self) -> bool:
-        """Under half of real time: an episode takes minutes rather than seconds."""
-        return self.speed < 0.5
-
-    def step(self, now: float) -> float:
-        self.times.append(now)
-        while self.times[0] < now - self.window_s:
-            self.times.popleft()
-        span = now - self.times[0]
-        simulated = (len(self.times) - 1) * self.step_seconds
-        self.speed = 1.0 if span <= 0 else min(1.0, simulated / span)
-        return self.speed
 
 
 class Player:
