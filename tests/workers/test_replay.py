@@ -5,6 +5,7 @@ real speed whatever the frame rate (a fake clock)."""
 import json
 import multiprocessing as mp
 import threading
+import time
 from dataclasses import asdict
 
 import numpy as np
@@ -114,7 +115,7 @@ class TakenFrames:
         return True
 
     def write(self, frame, episode, step, weights_round, ret, **info) -> None:
-        self.written.append((self.clock(), step, frame.copy(), ret, info))
+        self.written.append((self.clock(), step, frame.copy(), ret, {"replay": 0, **info}))
 
     def close(self) -> None:
         pass
@@ -179,3 +180,30 @@ def test_workers_keep_their_newest_training_and_evaluation_episode(tmp_path):
         lines = (tmp_path / f"worker-{k}.jsonl").read_text().splitlines()
         episodes = [r for r in map(json.loads, lines) if r["kind"] == "episode"]
         assert episodes[2]["ret"] == pytest.approx(train.ret, abs=1e-3)  # the third episode
+
+
+def test_a_run_from_before_replays_plays_live_when_a_replay_is_asked(tmp_path):
+    cfg = tiny_run(10, episode_length=40)
+    buffer = FrameBuffer(48, 64)
+    spec = PlayerSpec(str(tmp_path), asdict(cfg), buffer.name, 48, 64, realtime=False)
+    controls = ShowcaseControls(
+        mp.Value("i", 0), mp.Value("i", -1), mp.Event(), None, mp.Value("i", 2)
+    )
+    stop = threading.Event()
+    player = Player(spec, threading.Event(), stop, controls, threading.Event())
+    player.frames.close()
+    player.frames = TakenFrames(time.monotonic)
+
+    def stop_at_first_frame() -> None:
+        deadline = time.monotonic() + 60
+        while not player.frames.written and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+
+    threading.Thread(target=stop_at_first_frame, daemon=True).start()
+    try:
+        player.run()  # in this thread: the GL context is made and freed here
+    finally:
+        buffer.close(unlink=True)
+    assert player.frames.written, "no frame"
+    assert all(info["replay"] == 0 for *_, info in player.frames.written)  # live play
