@@ -9,6 +9,10 @@ def test_defaults_follow_the_published_method():
     cfg = make_config(5)
     assert cfg.gamma == pytest.approx(0.99)
     assert cfg.resolved_seed_steps == 2500
+    # Pretraining: as many updates as seed steps, unless a number is given.
+    assert cfg.resolved_pretrain_updates == 2500
+    assert make_config(5, seed_steps=300).resolved_pretrain_updates == 300
+    assert make_config(5, seed_steps=300, pretrain_updates=7).resolved_pretrain_updates == 7
     assert cfg.resolved_iterations(6) == 6
     assert cfg.resolved_iterations(21) == 8
     # As in the reference, an explicit count is raised by 2 for large action spaces too.
