@@ -102,6 +102,7 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
     assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists(), timeout=180)
     with pytest.raises(ConfigError, match="frame size"):
         run.start_player(height=4, width=4)
+    run.set_showcase(mode="live")  # the planner acting (auto would replay on this CPU budget)
     run.start_player(height=60, width=80, realtime=False)
     assert wait_until(lambda: run.read_frame() is not None, timeout=120)
     frame, info = run.read_frame()

@@ -57,7 +57,7 @@ def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
     """Replace the worker's kept episode of this kind with `replay` (atomically)."""
     meta = dict(
         worker=replay.worker,
-        kind=replay.kind,
+        phase=replay.kind,  # a record's kind is spelled in records.py only
         step=replay.step,
         episode=replay.episode,
         step_seconds=replay.step_seconds,
@@ -85,7 +85,7 @@ def read_replay(path: str | Path) -> EpisodeReplay | None:
             states=states,
             rewards=rewards,
             worker=int(meta["worker"]),
-            kind=str(meta["kind"]),
+            kind=str(meta["phase"]),
             step=int(meta["step"]),
             episode=int(meta["episode"]),
             step_seconds=float(meta["step_seconds"]),
