@@ -146,6 +146,8 @@ def test_a_replay_draws_each_frame_at_its_moment_of_the_episode(tmp_path):
     player.frames.close()
     player.frames = TakenFrames(clock)
     player.clock, player.sleep = clock, clock.sleep
+    wrong = EpisodeReplay(np.zeros((41, 7)), np.zeros(40), 1, "train", 400, 8, 0.02)
+    assert player.fits(replay) and not player.fits(wrong)  # another model's poses: passed over
     started = clock()
     try:
         player.play_replay(replay)

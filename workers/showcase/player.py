@@ -136,7 +136,7 @@ class Player:
                 self.controls.reset.clear()
                 if self.wants_replay():
                     replay = newest_episode(Path(self.spec.run_path), self.controls.source.value)
-                    if replay is not None and self.env.renders:
+                    if replay is not None and self.fits(replay):
                         self.play_replay(replay)
                         continue
                 self.play_live()
@@ -144,6 +144,11 @@ class Player:
             self.log.close()
             self.frames.close()
             self.env.close()
+
+    def fits(self, replay: EpisodeReplay) -> bool:
+        """The recorded poses are this env's (a file of another model is passed over)."""
+        pose = self.env.physics_state() if self.env.renders else None
+        return pose is not None and replay.states.shape[1] == len(pose)
 
     # frames ----------------------------------------------------------------------------
     def frame_due(self, now: float) -> bool:
