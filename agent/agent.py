@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from agent.bf16 import cpu_bf16, native_bf16
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
 from agent.losses import policy_loss, world_model_loss
@@ -79,6 +80,8 @@ class TDMPC2(PackState):
     ):
         self.device = resolve_device(cfg.device)
         matmul_precision(self.device)
+        # bf16 matmuls in hardware where the CPU has them, else emulated at float32's speed
+        self.native_bf16 = native_bf16() is not None
         self.seeds = list(seeds) if seeds else [cfg.seed]
         self.pack = len(self.seeds)
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
@@ -165,7 +168,7 @@ class TDMPC2(PackState):
     # acting ------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.cfg.bf16 and self.device.type == "cpu":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return cpu_bf16(self.native_bf16)
         return contextlib.nullcontext()
 
     def _shifted_warm_mean(self, n: int, t0: torch.Tensor) -> torch.Tensor:

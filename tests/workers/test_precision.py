@@ -3,7 +3,8 @@
 import torch
 
 from agent.agent import matmul_precision
-from workers.host.precision import describe_precision, native_bf16
+from agent.bf16 import native_bf16
+from workers.host.precision import describe_precision
 
 EPYC = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
 SAPPHIRE = "flags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n"

@@ -5,26 +5,8 @@ measured before it becomes a default (issue 24); until then it is chosen with --
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agent.agent import resolve_device
-
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo's names, best first
-
-
-def native_bf16(cpuinfo: str | None = None) -> str | None:
-    """The CPU flag that gives this machine native bf16 matmuls, or None. `cpuinfo`: the text
-    of /proc/cpuinfo (read when not given; None where there is none)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-    return next((flag for flag in NATIVE_BF16_FLAGS if flag in flags), None)
+from agent.bf16 import native_bf16
 
 
 def describe_precision(bf16: bool, device: str, cpuinfo: str | None = None) -> str:
@@ -34,7 +16,7 @@ def describe_precision(bf16: bool, device: str, cpuinfo: str | None = None) -> s
         return "precision: float32 with TF32 matmuls (CUDA, as the authors run it)"
     native = native_bf16(cpuinfo)
     if bf16:
-        how = f"native ({native})" if native else "emulated: this CPU has no bf16 unit, slower"
+        how = f"native ({native})" if native else "no bf16 unit: matmuls in float32, same numbers"
         return f"precision: bf16 matmuls (--bf16; {how})"
     if native:
         return (
