@@ -3,15 +3,12 @@ per worker, saved and resumed per worker."""
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
-from conftest import random_batch, tiny_config, tiny_run
+from conftest import random_batch, tiny_config
 
 import agent.agent as agent_module
 from agent.agent import TDMPC2, clip_per_worker
-from workers.merging.files import average_states, distance
-from workers.training.trainer import Trainer
 
 OBS, ACT = 5, 2
 SEEDS = [3, 4, 5]
@@ -33,6 +30,16 @@ def _stack(batches):
 
 def _floats(state):
     return {k: v.clone() for k, v in state.items() if v.is_floating_point()}
+
+
+def _mean(states):
+    """The plain element-wise mean of several workers' float tensors."""
+    return {k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]}
+
+
+def _distance(state, reference):
+    """L2 norm of the difference over all tensors."""
+    return float(torch.cat([(state[k] - reference[k]).flatten() for k in state]).norm())
 
 
 def _same(a, b):
@@ -106,7 +113,7 @@ def test_merge_averages_the_members_and_writes_the_mean_into_each():
     pack = _trained_pack(_cfg(), [3, 4, 5, 6])
     before = [_floats(pack.model_state(k)) for k in range(4)]
     control_moments = _moments(pack, 3)
-    expected = average_states(before[:3])
+    expected = _mean(before[:3])
 
     result = pack.merge_workers([0, 1, 2])
 
@@ -121,15 +128,14 @@ def test_merge_averages_the_members_and_writes_the_mean_into_each():
 
 
 def test_merge_reports_each_participants_distance_to_the_mean():
-    # As the file backend does (workers/merging/files.py): each participant's L2 distance to
-    # the mean.
+    # Each participant's L2 distance to the mean, as the file backend reports it too.
     pack = _trained_pack(_cfg(), [3, 4, 5])
     before = [_floats(pack.model_state(k)) for k in range(3)]
-    mean = average_states(before)
+    mean = _mean(before)
     result = pack.merge_workers([0, 1, 2])
     assert sorted(result.distances) == [0, 1, 2]
     for k in range(3):
-        assert result.distances[k] == pytest.approx(distance(before[k], mean), rel=1e-4)
+        assert result.distances[k] == pytest.approx(_distance(before[k], mean), rel=1e-4)
 
 
 def test_merge_leaves_out_a_non_finite_member_and_resets_it():
@@ -144,7 +150,7 @@ def test_merge_leaves_out_a_non_finite_member_and_resets_it():
 
     assert result.participants == [0, 2]
     assert list(result.left_out) == [1] and "non-finite" in result.left_out[1]
-    expected = average_states([before[0], before[2]])
+    expected = _mean([before[0], before[2]])
     for name, value in expected.items():
         assert torch.isfinite(value).all(), name
         for k in range(3):  # the left-out member too: reset to the others' mean
@@ -236,59 +242,6 @@ def test_clip_per_worker_clips_each_worker_as_torch_clips_it_alone():
             assert torch.allclose(p.grad[k], a.grad, rtol=1e-5, atol=1e-7), k
     assert float(torch.stack([p.grad[0].norm() for p in params]).norm()) == pytest.approx(1.0)
     assert all(torch.equal(p.grad[2], grad[2]) for p, grad in zip(params, original))
-
-
-def test_a_trainer_pack_resumes_every_member_from_its_checkpoint():
-    cfg = tiny_run(30, seed_steps=20, episode_length=10)
-    seeds = [7, 8]
-    first = Trainer(cfg, None, progress=False, seeds=seeds)
-    first.run()
-    assert first.updates > 0
-    states = [first.state_dict(worker=k) for k in range(len(seeds))]
-    key = "encoder.layers.0.weight"
-    assert not torch.equal(states[0]["agent"]["model"][key], states[1]["agent"]["model"][key])
-
-    resumed = Trainer(cfg, None, progress=False, seeds=seeds)
-    try:
-        for k in reversed(range(len(seeds))):
-            resumed.load_state_dict(states[k], worker=k)
-        a, b = first.agent, resumed.agent
-        assert (resumed.step, resumed.updates) == (first.step, first.updates)
-        for name, value in a.model.state_dict().items():
-            assert torch.equal(b.model.state_dict()[name], value), name
-        for mine, theirs in ((a.optim, b.optim), (a.pi_optim, b.pi_optim)):
-            ours, loaded = mine.state_dict()["state"], theirs.state_dict()["state"]
-            assert ours.keys() == loaded.keys() and ours
-            for i, entry in ours.items():
-                for name, value in entry.items():
-                    assert torch.equal(loaded[i][name], value), (i, name)
-        for k, (m, r) in enumerate(zip(first.members, resumed.members)):
-            assert torch.equal(b.noise.get_state(k), a.noise.get_state(k)), k
-            assert m.rng.bit_generator.state == r.rng.bit_generator.state, k
-            ours, loaded = m.buffer.state_dict(), r.buffer.state_dict()
-            for name, value in ours.items():
-                if isinstance(value, torch.Tensor):
-                    assert _same(loaded[name], value), (k, name)
-                else:
-                    assert loaded[name] == value, (k, name)
-
-        # The same further work gives the same results (the global stream: dropout).
-        obs = torch.randn(len(seeds), 1, first.env.single_observation_space.shape[0])
-        results = []
-        for trainer in (first, resumed):
-            torch.manual_seed(123)
-            infos = [trainer.agent.update(trainer._sample()) for _ in range(3)]
-            action = trainer.agent.act(obs, t0=True)
-            draws = [m.rng.uniform(-1, 1, 4) for m in trainer.members]
-            results.append((infos, action, draws, trainer.agent.model.state_dict()))
-        (infos_a, act_a, draws_a, model_a), (infos_b, act_b, draws_b, model_b) = results
-        for x, y in zip(infos_a, infos_b):
-            assert all(torch.equal(x[name], y[name]) for name in x)
-        assert torch.equal(act_a, act_b)
-        assert all(np.array_equal(x, y) for x, y in zip(draws_a, draws_b))
-        assert all(torch.equal(model_a[name], model_b[name]) for name in model_a)
-    finally:
-        resumed.env.close()
 
 
 def test_a_pack_refuses_unpacked_observations():

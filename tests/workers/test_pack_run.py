@@ -3,6 +3,7 @@
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 from conftest import events, wait_until
@@ -17,6 +18,7 @@ from workers.rundir.directory import load_state
 from workers.rundir.records import Episode, Error, KnobsApplied, Merge, Resumed, Stop
 from workers.training.process import does_not_fit
 from workers.training.spec import DOES_NOT_FIT, SNAPSHOT_FIELDS, STATES, WorkerLink
+from workers.training.trainer import Trainer
 
 
 def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):
@@ -157,3 +159,59 @@ def test_a_pack_out_of_gpu_memory_exits_with_that_line_and_records_it(
         errors = [e for e in events(run, Error) if e.worker == k]
         assert len(errors) == 1 and "at most about" in errors[0].message
     assert [link.value("state") for link in links] == [STATES.index("crashed")] * 2
+
+
+def test_a_trainer_pack_resumes_every_member_from_its_checkpoint():
+    cfg = tiny(30, seed_steps=20, episode_length=10)
+    seeds = [7, 8]
+    first = Trainer(cfg, None, progress=False, seeds=seeds)
+    first.run()
+    assert first.updates > 0
+    states = [first.state_dict(worker=k) for k in range(len(seeds))]
+    key = "encoder.layers.0.weight"
+    assert not torch.equal(states[0]["agent"]["model"][key], states[1]["agent"]["model"][key])
+
+    resumed = Trainer(cfg, None, progress=False, seeds=seeds)
+    try:
+        for k in reversed(range(len(seeds))):
+            resumed.load_state_dict(states[k], worker=k)
+        a, b = first.agent, resumed.agent
+        assert (resumed.step, resumed.updates) == (first.step, first.updates)
+        for name, value in a.model.state_dict().items():
+            assert torch.equal(b.model.state_dict()[name], value), name
+        for mine, theirs in ((a.optim, b.optim), (a.pi_optim, b.pi_optim)):
+            ours, loaded = mine.state_dict()["state"], theirs.state_dict()["state"]
+            assert ours.keys() == loaded.keys() and ours
+            for i, entry in ours.items():
+                for name, value in entry.items():
+                    assert torch.equal(loaded[i][name], value), (i, name)
+        for k, (m, r) in enumerate(zip(first.members, resumed.members)):
+            assert torch.equal(b.noise.get_state(k), a.noise.get_state(k)), k
+            assert m.rng.bit_generator.state == r.rng.bit_generator.state, k
+            ours, loaded = m.buffer.state_dict(), r.buffer.state_dict()
+            for name, value in ours.items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.allclose(loaded[name], value, rtol=0, atol=0, equal_nan=True), (
+                        k,
+                        name,
+                    )
+                else:
+                    assert loaded[name] == value, (k, name)
+
+        # The same further work gives the same results (the global stream: dropout).
+        obs = torch.randn(len(seeds), 1, first.env.single_observation_space.shape[0])
+        results = []
+        for trainer in (first, resumed):
+            torch.manual_seed(123)
+            infos = [trainer.agent.update(trainer._sample()) for _ in range(3)]
+            action = trainer.agent.act(obs, t0=True)
+            draws = [m.rng.uniform(-1, 1, 4) for m in trainer.members]
+            results.append((infos, action, draws, trainer.agent.model.state_dict()))
+        (infos_a, act_a, draws_a, model_a), (infos_b, act_b, draws_b, model_b) = results
+        for x, y in zip(infos_a, infos_b):
+            assert all(torch.equal(x[name], y[name]) for name in x)
+        assert torch.equal(act_a, act_b)
+        assert all(np.array_equal(x, y) for x, y in zip(draws_a, draws_b))
+        assert all(torch.equal(model_a[name], model_b[name]) for name in model_a)
+    finally:
+        resumed.env.close()
