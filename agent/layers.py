@@ -11,10 +11,10 @@ broadcast.
 Why stacked weights and not torch.func (functional_call + vmap over modules stacked with
 torch.func.stack_module_state): forward and backward of the 5M dynamics MLP for a pack of 4 on
 the CPU took 1.18x as long with vmap (30 interleaved pairs, BENCHMARKS.md "Packs"); vmap cannot
-run the CPU kernels of agent/fast_ops.py nor a custom autograd Function without extra rules; and
+run the CPU kernels of agent/cpu/fast_ops.py nor a custom autograd Function without extra rules; and
 stacked weights keep one state-dict layout for a pack and a lone agent. On a GPU a layer is one
 bmm for the whole pack; on a CPU each worker runs a lone layer over its slice of the weights, on a
-thread of its own (agent/pack_threads.py).
+thread of its own (agent/cpu/pack_threads.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from agent.fast_ops import dropout, mish
+from agent.cpu.fast_ops import dropout, mish
 from agent.math import simnorm
 
 Inputs = torch.Tensor | Sequence[torch.Tensor]

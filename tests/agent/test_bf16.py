@@ -1,9 +1,9 @@
 """bf16 on a CPU without a bf16 unit: the same numbers as PyTorch's bf16 matmuls, computed in
-float32 (agent/bf16.py)."""
+float32 (agent/cpu/bf16.py)."""
 
 import torch
 
-from agent.bf16 import cpu_bf16
+from agent.cpu.bf16 import cpu_bf16
 
 
 def _ulps_apart(ours: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

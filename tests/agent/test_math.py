@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agent.fast_ops import dropout, mish
+from agent.cpu.fast_ops import dropout, mish
 from agent.math import TwoHot, gumbel_choice, simnorm, squashed_gaussian, symexp, symlog
 
 

@@ -3,7 +3,7 @@
 import torch
 
 from agent.agent import matmul_precision
-from agent.bf16 import native_bf16
+from agent.cpu.bf16 import native_bf16
 from workers.host.precision import describe_precision
 
 EPYC = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"

@@ -6,7 +6,7 @@ measured before it becomes a default (issue 24); until then it is chosen with --
 from __future__ import annotations
 
 from agent.agent import resolve_device
-from agent.bf16 import native_bf16
+from agent.cpu.bf16 import native_bf16
 
 
 def describe_precision(bf16: bool, device: str, cpuinfo: str | None = None) -> str:
