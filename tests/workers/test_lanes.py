@@ -179,6 +179,7 @@ def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
     promoted = run.race.promote(1)
     run.wait()
     assert [w["state"] for w in run.progress()] == ["done"] * 4
+    joined = []  # after the promotion: the workers of each merge
     for worker, lane, mates in ((0, 0, (0, 1)), (1, 0, (0, 1)), (2, 1, (2, 3)), (3, 1, (2, 3))):
         applied = {a.version: a for a in events(run, KnobsApplied, worker)}
         assert applied[0].lane == lane and applied[0].values["iterations"] == lane + 1
@@ -188,8 +189,13 @@ def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
         merges = events(run, Merge, worker)
         before = [m for m in merges if m.step <= promoted_at]
         after = [m for m in merges if m.step > promoted_at]
-        assert before and all(m.participants == mates for m in before)
-        assert after and after[0].participants == (0, 1, 2, 3)
+        # A lane merges only its own workers: each round holds its mates, less any left out
+        # as behind (on a loaded machine a mate can miss a round's timeout), and never others.
+        assert before and any(m.participants == mates for m in before)
+        assert all({*m.participants, *m.left_out} == set(mates) for m in before)
+        assert after and {*after[0].participants, *after[0].left_out} == {0, 1, 2, 3}
+        joined += [set(m.participants) for m in after]
+    assert any(p & {0, 1} and p & {2, 3} for p in joined)  # one pool: the lanes merge together
 
 
 def test_lanes_survive_resume_and_attach_and_a_killed_worker_restarts_into_its_lane(tmp_path):
