@@ -12,6 +12,7 @@ from agent.config import MODEL_SIZES, Config, field_docs, make_config
 from agent.knobs import knobs
 from workers.cli.parser import CliParser
 from workers.cli.presets import demo_preset
+from workers.host.precision import bf16_by_default
 from workers.rundir.settings import RunSettings
 from workers.showcase.replay import MODES
 
@@ -38,6 +39,7 @@ def _config_defaults() -> dict[str, str]:
             shown[f.name] = f"{value:g}"
         else:
             shown[f.name] = str(value)
+    shown["bf16"] = "on" if bf16_by_default("auto") else "off"  # this machine's (precision.py)
     return shown
 
 

@@ -15,6 +15,7 @@ import torch
 from agent.config import MODEL_SIZES, Config, make_config
 from agent.envs import task_defaults, task_names
 from agent.errors import ConfigError, UserError
+from workers.host.precision import bf16_by_default
 
 __all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
 
@@ -54,9 +55,12 @@ def demo_preset(device: str = "auto") -> Preset:
 
 def preset_config(preset: Preset, **overrides: object) -> Config:
     """The preset's config, with explicit overrides on top (validated by make_config).
-    Runs from a preset train until stopped (10M agent steps) unless `steps` says otherwise."""
+    Runs from a preset train until stopped (10M agent steps) unless `steps` says otherwise;
+    they compute in bf16 on a CPU with a bf16 unit unless `bf16` says otherwise."""
     task = str(overrides.get("task", preset.task))
     brought = task_defaults(task, overrides.get("action_repeat"))  # an unknown name fails here
+    # bf16 where the CPU has a bf16 unit, unless the flags say (workers/host/precision.py)
+    brought["bf16"] = bf16_by_default(str(overrides.get("device", Config.device)))
     return make_config(
         preset.model_size,
         **{"task": task, "steps": 10_000_000, **brought, **preset.overrides, **overrides},
