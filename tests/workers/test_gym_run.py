@@ -16,7 +16,9 @@ SLIDE = "helpers.slide_env:Slide-v0"
 
 def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_path):
     cfg = tiny(300, task=SLIDE, action_repeat=1, episode_length=40, episodic=True, seed_steps=80)
-    run = Run.create(tmp_path / "run", cfg, RunSettings(workers=2, merge_every=100))
+    run = Run.create(
+        tmp_path / "run", cfg, RunSettings(workers=2, merge_every=100, merge_timeout_s=120)
+    )
     run.start()
     run.wait()
     assert [w["state"] for w in run.progress()] == ["done", "done"]

@@ -265,8 +265,11 @@ def test_a_running_run_splits_into_lanes_from_its_merged_weights(tmp_path):
         assert applied[version].lane == worker
         assert applied[version].values["iterations"] == worker + 1
         assert (run.path / "merge" / f"lane-{worker}" / "merged.pt").exists()
-        # No merge with the other worker after the split: each lane is alone.
+        # Before the split both merge (a round may leave one out as behind on a loaded
+        # machine); after it, no merge with the other worker: each lane is alone.
         split = applied[version].step
-        assert all(m.participants == (0, 1) for m in events(run, Merge, worker) if m.step < split)
+        before = [m for m in events(run, Merge, worker) if m.step < split]
+        assert any(m.participants == (0, 1) for m in before)
+        assert all({*m.participants, *m.left_out} == {0, 1} for m in before)
         assert not [m for m in events(run, Merge, worker) if m.step > split]
     assert merged >= 2

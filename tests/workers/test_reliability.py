@@ -118,7 +118,8 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
     # The run starts with merge_every 50 but runs with 100 (knob version 1). Knob record and
     # history both damaged: only the workers' checkpoints know 100 (before, a resumed worker
     # took 2500 from the code and stopped merging).
-    run = Run.create(tmp_path / "run", tiny(200), RunSettings(workers=2, merge_every=50))
+    settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=120)
+    run = Run.create(tmp_path / "run", tiny(200), settings)
     assert run.set_knobs(merge_every=100, horizon=2) == 1
     run.start()
     run.wait()

@@ -27,7 +27,7 @@ from workers.rundir.records import (
 
 
 def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
-    settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000, merge_timeout_s=30)
+    settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000, merge_timeout_s=120)
     run = Run.create(tmp_path / "run", tiny(400), settings)
     run.start()
     assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 150)
