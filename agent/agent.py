@@ -237,7 +237,7 @@ class TDMPC2(PackState):
         model_loss = partial(world_model_loss, self.cfg, self.two_hot)
         total, out, zs = self._learn(model_loss, obs, action, reward, terminated)
         grad_norm = self._step(self.optim)
-        pi_loss, pi_entropy = self._learn(partial(policy_loss, self.cfg, self.two_hot), zs)
+        pi_loss, pi_entropy, q_mean = self._learn(partial(policy_loss, self.cfg, self.two_hot), zs)
         pi_grad_norm = self._step(self.pi_optim)
         self.model.update_targets(self.cfg.tau)
         out.update(
@@ -246,6 +246,7 @@ class TDMPC2(PackState):
             grad_norm=grad_norm,
             pi_grad_norm=pi_grad_norm,
             pi_entropy=pi_entropy,
+            q_mean=q_mean,
             q_scale=self.model.q_scale,
         )
         return {k: v.detach() for k, v in out.items()}

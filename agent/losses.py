@@ -84,9 +84,10 @@ def world_model_loss(
 
 def policy_loss(
     cfg: Config, two_hot: TwoHot, m: WorldModel, noise: PackNoise, zs: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The policy's loss (P,) on the rollout latents zs (P, H+1, B, L), which maximises the
-    scaled mean of two random Qs (moving each worker's Q scale), and its entropy (P,)."""
+    scaled mean of two random Qs (moving each worker's Q scale), its entropy (P,) and the mean
+    of those Qs (P,): the value the agent predicts for its own policy."""
     p, steps, batch = zs.shape[:3]
     pi_z = zs.flatten(1, 2)
     sample = m.policy(pi_z, noise.normal(pi_z.shape[1], m.action_dim))
@@ -100,4 +101,5 @@ def policy_loss(
     scaled_entropy = sample.scaled_entropy.view(p, steps, batch)
     objective = cfg.entropy_coef * scaled_entropy + q / scale.view(p, 1, 1)
     pi_loss = -(objective.mean(2) * rho_weights(cfg.rho, steps, zs.device)).mean(1)
-    return pi_loss, -sample.log_prob.view(p, -1).mean(1).detach()
+    entropy = -sample.log_prob.view(p, -1).mean(1).detach()
+    return pi_loss, entropy, q.detach().mean((1, 2))

@@ -30,7 +30,15 @@ from workers.rundir.records import (
     Train,
 )
 
-LOSSES = ("total_loss", "consistency_loss", "reward_loss", "value_loss", "pi_loss", "q_scale")
+LOSSES = (
+    "total_loss",
+    "consistency_loss",
+    "reward_loss",
+    "value_loss",
+    "pi_loss",
+    "q_scale",
+    "q_mean",
+)
 
 
 def window_knobs() -> dict[str, str]:

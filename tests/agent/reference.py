@@ -181,7 +181,7 @@ def world_model_loss(m, cfg, obs, action, reward, terminated, gen):
 
 
 def policy_loss(m, cfg, zs, gen, q_scale: float):
-    """(loss, entropy, new Q scale) on the rollout latents zs (H+1, B, L)."""
+    """(loss, entropy, new Q scale, mean Q) on the rollout latents zs (H+1, B, L)."""
     steps, batch, _ = zs.shape
     dims = m.action_dim
     eps = torch.randn(steps * batch, dims, generator=gen).view(steps, batch, dims)
@@ -194,7 +194,7 @@ def policy_loss(m, cfg, zs, gen, q_scale: float):
     scale = q_scale + TAU * (spread - q_scale)
     objective = ENTROPY * sample.scaled_entropy.unsqueeze(-1) + q / scale
     loss = -sum(RHO**t * objective[t].mean() for t in range(steps)) / steps
-    return loss, -sample.log_prob.mean().detach(), scale
+    return loss, -sample.log_prob.mean().detach(), scale, float(q.mean())
 
 
 class Optimisers:
@@ -234,7 +234,7 @@ def update(m, cfg, optimisers: Optimisers, batch, gen, clip=GRAD_CLIP) -> dict[s
     total, parts, zs = world_model_loss(m, cfg, *batch, gen)
     total.backward()
     grad_norm = clip_and_step(optimisers.model, clip)
-    pi_loss, entropy, scale = policy_loss(m, cfg, zs, gen, float(m.q_scale[0]))
+    pi_loss, entropy, scale, q_mean = policy_loss(m, cfg, zs, gen, float(m.q_scale[0]))
     with torch.no_grad():
         m.q_scale.fill_(scale)
     pi_loss.backward()
@@ -250,6 +250,7 @@ def update(m, cfg, optimisers: Optimisers, batch, gen, clip=GRAD_CLIP) -> dict[s
         "pi_grad_norm": pi_grad_norm,
         "pi_entropy": float(entropy),
         "q_scale": scale,
+        "q_mean": q_mean,
     }
 
 
