@@ -104,7 +104,8 @@ class TDMPC2(PackState):
         self.pi_optim = torch.optim.Adam(
             m.pi.parameters(), lr=cfg.lr, eps=1e-5, capturable=self.compiled
         )
-        self._warm_mean: torch.Tensor | None = None
+        self._warm_mean: torch.Tensor | None = None  # training's last plan mean
+        self._eval_warm_mean: torch.Tensor | None = None  # evaluation's
         self._update_fn = self._update
         self._plan_fn = plan
         self.fused_update = False  # the update as one graph (see _compile)
@@ -171,11 +172,13 @@ class TDMPC2(PackState):
             return cpu_bf16(self.native_bf16)
         return contextlib.nullcontext()
 
-    def _shifted_warm_mean(self, n: int, t0: torch.Tensor) -> torch.Tensor:
-        """Previous plan means (P, N, H, A) shifted one step, zeros where an episode starts."""
+    def _shifted_warm_mean(self, n: int, t0: torch.Tensor, eval_mode: bool = False) -> torch.Tensor:
+        """Previous plan means (P, N, H, A) shifted one step, zeros where an episode starts.
+        Evaluation keeps a warm start of its own: it runs in the middle of a training episode,
+        which then goes on from its own last plan, not from the evaluation's."""
         h = self.cfg.horizon
         fresh = torch.zeros(self.pack, n, h, self.action_dim, device=self.device)
-        prev = self._warm_mean
+        prev = self._eval_warm_mean if eval_mode else self._warm_mean
         if prev is None or prev.shape[1] != n:
             return fresh
         keep = min(h, prev.shape[2] - 1)
@@ -203,11 +206,14 @@ class TDMPC2(PackState):
         self.model.eval()
         with self._autocast():
             if self.cfg.mpc:
-                warm = self._shifted_warm_mean(n, t0)
+                warm = self._shifted_warm_mean(n, t0, eval_mode)
                 if self.compiled:
                     torch.compiler.cudagraph_mark_step_begin()
                 action, mean = self._plan(obs, warm, eval_mode)
-                self._warm_mean = mean.clone()
+                if eval_mode:
+                    self._eval_warm_mean = mean.clone()
+                else:
+                    self._warm_mean = mean.clone()
             else:
                 eps = self.noise.normal(n, self.action_dim)
                 sample = self.model.policy(self.model.encode(obs), eps)

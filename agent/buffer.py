@@ -2,7 +2,11 @@
 
 Storage is one ring of rows, like the reference: row i holds obs_i and the action and reward that
 led to it (NaN in an episode's first row). A slice starting at row s is valid when rows s..s+H
-belong to the same episode. Tensors live on the agent's device when they fit.
+belong to the same episode. A slice is drawn as the authors' sampler draws it: an episode
+uniformly among those long enough, then a start uniformly inside it. Where every episode has the
+same length (DMControl) that is uniform over transitions; where episodes end early (a
+termination) a short episode weighs as much as a long one. Tensors live on the agent's device
+when they fit.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class EpisodeBuffer:
         self.next_row = 0
         self.num_episodes = 0
         self.num_transitions = 0
-        self._valid_starts = torch.zeros(0, dtype=torch.long, device=self.device)
+        self._set_valid_starts()
         self._gen = torch.Generator(device=self.device).manual_seed(seed)
 
     def __len__(self) -> int:
@@ -77,28 +81,36 @@ class EpisodeBuffer:
         # transition into it.
         filled = self.episode[self.episode >= 0]
         self.num_transitions = filled.numel() - filled.unique().numel()
-        self._valid_starts = self._compute_valid_starts()
+        self._set_valid_starts()
 
-    def _compute_valid_starts(self) -> torch.Tensor:
+    def _set_valid_starts(self) -> None:
+        """The valid slice starts grouped by episode: `_starts` holds each sampleable
+        episode's starts one after the other, `_first` and `_count` where its group begins and
+        how long it is."""
         idx = torch.arange(self.capacity, device=self.device)
         end = (idx + self.horizon) % self.capacity
         # Episodes occupy contiguous rows of the ring, so equal ids at both ends of a slice mean
         # the whole slice lies in one episode.
         same = (self.episode[idx] == self.episode[end]) & (self.episode[idx] >= 0)
-        return idx[same]
+        starts = idx[same]
+        # Sorted by episode id (stable), an episode that wraps round the ring stays one group.
+        ids, order = self.episode[starts].sort(stable=True)
+        self._starts = starts[order]
+        self._count = ids.unique_consecutive(return_counts=True)[1]
+        self._first = self._count.cumsum(0) - self._count
 
     def can_sample(self) -> bool:
-        return self._valid_starts.numel() > 0
+        return self._starts.numel() > 0
 
     def sample(self, batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
         """(obs (H+1,B,D), action (H,B,A), reward (H,B,1), terminated (H,B,1))."""
         if not self.can_sample():
             raise RuntimeError("the buffer holds no episode long enough to sample a slice")
         b = batch_size or self.batch_size
-        pick = torch.randint(
-            self._valid_starts.numel(), (b,), device=self.device, generator=self._gen
-        )
-        starts = self._valid_starts[pick]
+        episode = torch.randint(self._count.numel(), (b,), device=self.device, generator=self._gen)
+        within = torch.rand(b, device=self.device, generator=self._gen) * self._count[episode]
+        offset = within.long().clamp(max=self._count[episode] - 1)  # rand < 1, but float
+        starts = self._starts[self._first[episode] + offset]
         rows = starts.unsqueeze(0) + torch.arange(self.horizon + 1, device=self.device)[:, None]
         rows = rows % self.capacity  # (H+1, B)
         acted = rows[1:]
@@ -147,4 +159,4 @@ class EpisodeBuffer:
         filled = self.episode[self.episode >= 0]
         self.num_transitions = filled.numel() - filled.unique().numel()
         set_generator_state(self._gen, state["generator"])  # saved on another device: reseeded
-        self._valid_starts = self._compute_valid_starts()
+        self._set_valid_starts()

@@ -33,7 +33,9 @@ class Config:
     steps_per_update: int = 1
     """Environment steps (summed over envs) per gradient update after seeding."""
     episodic: bool = False
-    """Learn a termination head and stop value bootstrapping at terminal states."""
+    """Handle terminations: a termination head, nothing bootstrapped past a terminal state.
+    Off: a termination is bootstrapped through like a time limit (on by default for a
+    gymnasium task that can terminate)."""
 
     # training
     steps: int = 100_000
@@ -150,7 +152,7 @@ class Config:
     @property
     def env_options(self) -> dict:
         """env_kwargs as a dict (validated: a JSON object)."""
-        return _json_object(self.env_kwargs) if self.env_kwargs else {}
+        return env_options(self.env_kwargs)
 
     @property
     def resolved_seed_steps(self) -> int:
@@ -217,6 +219,13 @@ def _json_object(text: str) -> object:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def env_options(env_kwargs: str) -> dict:
+    """A gymnasium env's constructor arguments from their JSON text; {} when there are none or
+    the text is not a JSON object (validate() refuses that with its own message)."""
+    parsed = _json_object(env_kwargs) if env_kwargs else {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:

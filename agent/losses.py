@@ -43,7 +43,10 @@ def world_model_loss(
             m.q_logits((flat_next, next_action.action), noise.q_pair(cfg.num_q), target=True)
         )
         next_value = target_q.min(1).values.view(p, horizon, batch, 1)
-        td_target = reward + cfg.gamma * (1 - terminated) * next_value
+        # Episodic: nothing past a terminal state. Otherwise a termination is bootstrapped
+        # through like a time limit (--no-episodic: termination handling off altogether).
+        alive = 1 - terminated if cfg.episodic else 1.0
+        td_target = reward + cfg.gamma * alive * next_value
 
     z = m.encode(obs[:, 0])
     zs = [z]

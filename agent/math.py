@@ -19,7 +19,12 @@ def symexp(x: torch.Tensor) -> torch.Tensor:
 
 
 class TwoHot:
-    """Two-hot encoding of scalars over evenly spaced bins in symlog space."""
+    """Two-hot encoding of scalars over evenly spaced bins in symlog space.
+
+    Decoding and the cross-entropy run in float32 whatever the logits' format: under bf16
+    autocast a decoded value rounded to bf16 is off by up to 1 % (Q ~ 200: about 1.5), more
+    than one backup at discount 0.99 moves it, so value learning would stall in the rounding.
+    No matmul here, so autocast cannot take the sum back to bf16."""
 
     def __init__(self, num_bins: int, vmin: float, vmax: float, device: torch.device | str = "cpu"):
         self.num_bins, self.vmin, self.vmax = num_bins, vmin, vmax
@@ -39,12 +44,13 @@ class TwoHot:
 
     def decode(self, logits: torch.Tensor) -> torch.Tensor:
         """(..., num_bins) logits -> (..., 1) scalars: symexp of the expected bin centre."""
-        expected = (F.softmax(logits, dim=-1) @ self.centres.to(logits.dtype)).unsqueeze(-1)
-        return symexp(expected)
+        probs = F.softmax(logits.float(), dim=-1)
+        return symexp((probs * self.centres).sum(-1, keepdim=True))
 
     def cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Soft cross-entropy of logits (..., num_bins) against scalar targets (..., 1)."""
-        return -(self.encode(target) * F.log_softmax(logits, dim=-1)).sum(-1, keepdim=True)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        return -(self.encode(target.float()) * log_probs).sum(-1, keepdim=True)
 
 
 def simnorm(x: torch.Tensor, group: int) -> torch.Tensor:

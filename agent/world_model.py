@@ -64,8 +64,10 @@ class WorldModel(nn.Module):
 
     def policy(self, z: torch.Tensor, eps: torch.Tensor) -> PolicySample:
         """(squashed mean, sampled action, log-prob, scaled entropy) of the policy prior at z,
-        with standard normal noise eps (shaped as the action)."""
-        mean, raw_log_std = self.pi(z).chunk(2, dim=-1)
+        with standard normal noise eps (shaped as the action). The Gaussian's arithmetic is
+        float32 under bf16 autocast too: a log std near its bounds, the tanh's saturation and
+        the log-probability lose too much in bf16's 8 bits, and it is elementwise (cheap)."""
+        mean, raw_log_std = self.pi(z).float().chunk(2, dim=-1)
         log_std = bounded_log_std(raw_log_std, self.cfg.log_std_min, self.cfg.log_std_max)
         return squashed_gaussian(mean, log_std, eps)
 

@@ -8,6 +8,8 @@ sorted key order. A termination stays a termination and the time limit a truncat
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -32,14 +34,40 @@ def gym_spec(task: str) -> gymnasium.envs.registration.EnvSpec:
     """The registry's entry for `task` (importing `module` first for `module:EnvId`)."""
     module, _, env_id = task.rpartition(":")
     if module:
+        # The user's package is found where they start the program (as `python -m` finds it),
+        # not only beside launch.py; spawned workers inherit the path.
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
         try:
             importlib.import_module(module)
-        except ImportError as err:
-            raise ConfigError(f"{task}: cannot import {module!r} ({err})", "task") from None
+        except Exception as err:  # a user's module with a bug raises anything at import
+            what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            first = what.strip().splitlines()[0]
+            raise ConfigError(f"{task}: cannot import {module!r} ({first})", "task") from None
     try:
         return gymnasium.spec(env_id)
     except gymnasium.error.Error as err:
         raise ConfigError(f"unknown gymnasium environment {task!r}: {err}", "task") from None
+
+
+# gymnasium's own envs whose episodes end only at the time limit (their docs: "never
+# terminates"); the MuJoCo ones that terminate when unhealthy stop doing so when asked
+# (terminate_when_unhealthy=False).
+NEVER_TERMINATE = frozenset(
+    {"HalfCheetah", "Swimmer", "Reacher", "Pusher", "HumanoidStandup", "Pendulum"}
+)
+
+
+def can_terminate(task: str, env_kwargs: dict | None = None) -> bool:
+    """Whether an episode of `task` can end in a terminal state, not only at its time limit.
+    Known for gymnasium's own envs; any other env may, so it is taken to."""
+    entry = gym_spec(task).entry_point
+    if not (isinstance(entry, str) and entry.startswith("gymnasium.envs.")):
+        return True
+    name = task.rpartition(":")[2].rsplit("-v", 1)[0]
+    if name in NEVER_TERMINATE:
+        return False
+    return (env_kwargs or {}).get("terminate_when_unhealthy", True) is not False
 
 
 def time_limit(task: str) -> int | None:

@@ -11,7 +11,14 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from agent.config import Config
 from agent.envs.dmcontrol import TASKS, DMControlEnv, canonical, task_names
-from agent.envs.gym import GymEnv, check_contract, gym_spec, is_gym_id, time_limit
+from agent.envs.gym import (
+    GymEnv,
+    can_terminate,
+    check_contract,
+    gym_spec,
+    is_gym_id,
+    time_limit,
+)
 from agent.errors import ConfigError
 
 Env = DMControlEnv | GymEnv
@@ -40,11 +47,14 @@ def check_task(task: str, env_kwargs: dict | None = None) -> None:
         raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
 
 
-def task_defaults(task: str, action_repeat: int | None = None) -> dict:
+def task_defaults(
+    task: str, action_repeat: int | None = None, env_kwargs: dict | None = None
+) -> dict:
     """Config values a task brings unless they are given. A gymnasium env, as the authors set up
     gymnasium's MuJoCo tasks: action repeat 1 (their envs skip frames already), episodes as
-    long as the env's own time limit allows at the chosen repeat, episodic mode (it can
-    terminate), the discount heuristic capped at 0.99 and rho 0.7. A DMControl task: none
+    long as the env's own time limit allows at the chosen repeat, the discount heuristic
+    capped at 0.99 and rho 0.7; episodic mode where the env can terminate (HalfCheetah's
+    episodes never do: no termination head to learn for nothing). A DMControl task: none
     (Config's defaults are its own)."""
     if task_kind(task) != "gymnasium":
         return {}
@@ -54,7 +64,7 @@ def task_defaults(task: str, action_repeat: int | None = None) -> dict:
     return {
         "action_repeat": 1,
         "episode_length": length,
-        "episodic": True,
+        "episodic": can_terminate(task, env_kwargs),
         "discount": min(heuristic, 0.99),
         "rho": 0.7,
     }

@@ -150,7 +150,9 @@ def world_model_loss(m, cfg, obs, action, reward, terminated, gen):
         lowest = torch.minimum(
             *(decode(q_logits(m, i, next_z, pi_action, target=True)) for i in pair)
         )
-        td_target = reward + discount(cfg.episode_length) * (1 - terminated) * lowest
+        # Without termination handling a termination is bootstrapped like a time limit.
+        alive = (1 - terminated) if cfg.episodic else torch.ones_like(terminated)
+        td_target = reward + discount(cfg.episode_length) * alive * lowest
     z = encode(m, obs[0])
     zs, consistency, reward_loss, value_loss, termination_loss = [z], 0.0, 0.0, 0.0, 0.0
     for t in range(horizon):
@@ -194,7 +196,7 @@ def policy_loss(m, cfg, zs, gen, q_scale: float):
     scale = q_scale + TAU * (spread - q_scale)
     objective = ENTROPY * sample.scaled_entropy.unsqueeze(-1) + q / scale
     loss = -sum(RHO**t * objective[t].mean() for t in range(steps)) / steps
-    return loss, -sample.log_prob.mean().detach(), scale, float(q.mean())
+    return loss, -sample.log_prob.mean().detach(), scale, float(q.detach().mean())
 
 
 class Optimisers:

@@ -58,6 +58,21 @@ def test_warm_start_shifts_previous_mean_and_resets_at_episode_start(tiny_cfg):
     assert (warm[0, -1] == 0).all() and (warm[1] == 0).all()
 
 
+def test_an_evaluation_leaves_training_its_own_warm_start(tiny_cfg):
+    """Evaluation runs in the middle of a training episode; the next training plan starts from
+    training's last plan mean, shifted, and not from the evaluation's."""
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    agent.act(torch.randn(OBS), t0=True)
+    agent.act(torch.randn(OBS))
+    training = agent._warm_mean.clone()
+    for t in range(3):
+        agent.act(torch.randn(OBS) * 3, t0=t == 0, eval_mode=True)
+    assert not torch.allclose(agent._eval_warm_mean, training)
+    warm = agent._shifted_warm_mean(1, torch.tensor([[False]]))
+    assert torch.equal(warm[0, 0, :-1], training[0, 0, 1:])
+    assert torch.equal(agent._shifted_warm_mean(1, torch.tensor([[True]])), torch.zeros_like(warm))
+
+
 def test_planner_finds_the_rewarded_action(tiny_cfg):
     """With reward -|a - 0.6| per step and no terminal value, MPPI must converge near 0.6."""
     agent = TDMPC2(tiny_cfg, OBS, ACT)
@@ -205,7 +220,7 @@ def test_evaluation_acts_with_a_drawn_elite_not_the_plan_mean(tiny_cfg, monkeypa
         first_actions = torch.cat([calls["rollout"][0][0, 0, 0], calls["rollout"][-1][0, 0, 0]])
         distance = (first_actions - action).abs().sum(-1).min()
         assert distance < 1e-6, f"eval action is not a candidate's first action ({distance})"
-        assert not torch.allclose(action, agent._warm_mean[0, 0, 0], atol=1e-4)
+        assert not torch.allclose(action, agent._eval_warm_mean[0, 0, 0], atol=1e-4)
 
 
 def test_a_shorter_horizon_keeps_the_warm_start_it_has_room_for(tiny_cfg):
@@ -231,10 +246,10 @@ def test_bf16_autocasts_on_the_cpu_only_when_asked(tiny_cfg):
                 assert torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
-def test_the_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_there():
+def test_the_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_there(monkeypatch):
     from agent.agent import resolve_device
 
-    assert not torch.cuda.is_available()  # this test is for machines without a GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU
     assert resolve_device("auto") == torch.device("cpu")
     assert resolve_device("cpu") == torch.device("cpu")
     for name in ("cuda", "cuda:1"):

@@ -145,3 +145,32 @@ def test_an_episode_fits_when_its_rows_fit_and_has_the_buffers_shapes():
         buffer.add_episode(*_episode(1, 10))
     with pytest.raises(ValueError, match="do not fit"):
         buffer.add_episode(obs[:, :2], action, reward)  # the observations' width alone is off
+
+
+def test_an_episode_is_drawn_uniformly_then_a_start_inside_it():
+    """The authors' sampler: one long episode among many short ones (terminated early) is
+    drawn as often as each short one, not in proportion to its transitions."""
+    buffer = EpisodeBuffer(400, 3, 2, horizon=3, batch_size=20_000, seed=1)
+    buffer.add_episode(*_episode(0, 200))
+    for i in range(1, 10):
+        buffer.add_episode(*_episode(i, 5), terminated=True)
+    obs = buffer.sample()[0]
+    shares = torch.bincount(obs[0, :, 0].long(), minlength=10) / obs.shape[1]
+    # 1/10 each (by transitions the long episode would take 197 of 215 starts: 0.92).
+    assert torch.allclose(shares, torch.full((10,), 0.1), atol=0.015), shares
+    # Inside the long episode every start is as likely as the others (197 of them).
+    starts = obs[0, obs[0, :, 0] == 0, 1].long()
+    assert starts.min() == 0 and starts.max() == 200 - 3
+    assert torch.bincount(starts).float().std() < 0.5 * starts.numel() / 197
+
+
+def test_an_episode_that_wraps_round_the_ring_is_one_episode():
+    buffer = EpisodeBuffer(30, 3, 2, horizon=2, batch_size=6000, seed=2)
+    for i, length in enumerate([10, 10, 12]):  # the third wraps: rows 22..29 and 0..4
+        buffer.add_episode(*_episode(i, length))
+    obs = buffer.sample()[0]
+    assert (obs[:, :, 0] == obs[:1, :, 0]).all() and (obs[1:, :, 1] == obs[:-1, :, 1] + 1).all()
+    shares = torch.bincount(obs[0, :, 0].long()) / obs.shape[1]
+    # Episode 0 lost its first rows to the wrap; the other two (and what is left of it) are
+    # drawn equally.
+    assert torch.allclose(shares, torch.full_like(shares, 1 / len(shares)), atol=0.03), shares

@@ -85,6 +85,10 @@ def test_seeds_give_each_env_copy_its_own_start():
         ("CartPole-v1", r"needs continuous Box actions .*; its action space is Discrete\(2\)"),
         ("Pendulum-v1", None),
         ("nope_pkg:Thing-v0", "cannot import 'nope_pkg'"),
+        (
+            "helpers.broken_env:Rail-v0",
+            r"cannot import 'helpers.broken_env' \(RuntimeError: the rail's length is not set\)",
+        ),
         ("NoSuchEnv-v3", "neither a DMControl task"),
     ],
 )
@@ -109,6 +113,24 @@ def test_a_gymnasium_task_brings_its_own_defaults_and_dmcontrol_none():
         "rho": 0.7,
     }
     assert task_defaults(SLIDE)["discount"] == pytest.approx(0.95)  # 40 steps: the floor
+    assert task_defaults(SLIDE)["episodic"]  # a user's env may terminate (this one does)
+
+
+@pytest.mark.parametrize(
+    "task, env_kwargs, episodic",
+    [
+        ("HalfCheetah-v5", None, False),
+        ("Swimmer-v5", None, False),
+        ("Reacher-v5", None, False),
+        ("Pusher-v5", None, False),
+        ("Pendulum-v1", None, False),
+        ("Hopper-v5", None, True),
+        ("Hopper-v5", {"terminate_when_unhealthy": False}, False),
+        ("InvertedPendulum-v5", None, True),
+    ],
+)
+def test_episodic_by_default_only_where_the_env_can_terminate(task, env_kwargs, episodic):
+    assert task_defaults(task, env_kwargs=env_kwargs)["episodic"] is episodic
     assert task_defaults("Hopper-v5", action_repeat=3)["episode_length"] == 334
     with pytest.raises(ConfigError, match="env_kwargs are for gymnasium envs"):
         make_env("cartpole-balance", env_kwargs={"x": 1})

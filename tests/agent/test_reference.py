@@ -76,7 +76,7 @@ def close(a, b, tol=1e-4):
 def test_the_world_model_loss_is_the_published_one(episodic):
     cfg = small(episodic=episodic)
     agent = randomised(TDMPC2(cfg, OBS, ACT))
-    obs, action, reward, terminated = batch(cfg, terminal_every=2 if episodic else 0)
+    obs, action, reward, terminated = batch(cfg, terminal_every=2)
     two = TwoHot(cfg.num_bins, cfg.vmin, cfg.vmax)
     total, parts, zs = losses.world_model_loss(
         cfg,
@@ -109,8 +109,13 @@ def test_the_world_model_loss_is_the_published_one(episodic):
         assert close(ours[name], theirs[name], 1e-3), name
 
 
-def test_the_td_target_bootstraps_from_the_lower_of_two_target_qs_and_not_past_a_terminal():
-    cfg = small(episodic=True, num_q=2, horizon=1, batch_size=4)
+@pytest.mark.parametrize("episodic", [True, False])
+def test_the_td_target_bootstraps_from_the_lower_of_two_target_qs_and_not_past_a_terminal(
+    episodic,
+):
+    """Episodic: a termination cuts the TD target to the reward. --no-episodic: termination
+    handling is off, so a termination is bootstrapped through like a time limit."""
+    cfg = small(episodic=episodic, num_q=2, horizon=1, batch_size=4)
     agent = randomised(TDMPC2(cfg, OBS, ACT))
     m = agent.model
     obs, action, reward, _ = batch(cfg)
@@ -146,9 +151,11 @@ def test_the_td_target_bootstraps_from_the_lower_of_two_target_qs_and_not_past_a
         values = [decode(mlp(m.target_qs, next_z, pi_action, member=i)) for i in (0, 1)]
     assert not close(values[0], values[1], 1e-2), "the two target Qs must differ for this test"
     gamma = discount(cfg.episode_length)
-    expected = reward[0, :, 0] + gamma * torch.minimum(*values)[:, 0] * (1 - terminated[0, :, 0])
+    alive = 1 - terminated[0, :, 0] if episodic else torch.ones(4)
+    expected = reward[0, :, 0] + gamma * torch.minimum(*values)[:, 0] * alive
     assert close(captured["td"], expected)
-    assert close(captured["td"][[0, 2]], reward[0, [0, 2], 0])  # a terminal bootstraps nothing
+    cut = close(captured["td"][[0, 2]], reward[0, [0, 2], 0])  # nothing after the terminal
+    assert cut == episodic
 
 
 def test_the_policy_loss_and_q_scale_are_the_published_ones():
@@ -193,7 +200,7 @@ def test_an_update_is_the_published_update(episodic, clip):
     ref = copy.deepcopy(agent.model)
     optimisers = Optimisers(ref)
     gen = torch.Generator().manual_seed(SEED)
-    data = batch(cfg, terminal_every=3 if episodic else 0, reward_scale=20.0)
+    data = batch(cfg, terminal_every=3, reward_scale=20.0)
     for step in range(3):
         info = agent.update(data)
         expected = update(ref, cfg, optimisers, data, gen, clip)

@@ -60,6 +60,21 @@ def test_bad_input_gives_one_clear_error(args, words, tmp_path):
     assert_clean_error(result, *words)
 
 
+def test_a_users_env_module_that_raises_at_import_is_one_line(tmp_path):
+    """Found from the folder the program starts in; its error (a RuntimeError, not an
+    ImportError) is named in one line."""
+    result = launch(
+        "--headless",
+        "--task",
+        "helpers.broken_env:Rail-v0",
+        "--run-dir",
+        str(tmp_path / "r"),
+        cwd=ROOT / "tests",
+    )
+    assert_clean_error(result, "'helpers.broken_env'", "RuntimeError: the rail's length is not")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize(
     "lanes, words",
     [

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agent.config import MODEL_SIZES, Config, make_config
+from agent.config import MODEL_SIZES, Config, env_options, make_config
 from agent.envs import task_defaults, task_names
 from agent.errors import ConfigError, UserError
 from workers.host.precision import bf16_by_default
@@ -58,7 +58,9 @@ def preset_config(preset: Preset, **overrides: object) -> Config:
     Runs from a preset train until stopped (10M agent steps) unless `steps` says otherwise;
     they compute in bf16 on a CPU with a bf16 unit unless `bf16` says otherwise."""
     task = str(overrides.get("task", preset.task))
-    brought = task_defaults(task, overrides.get("action_repeat"))  # an unknown name fails here
+    env_kwargs = env_options(str(overrides.get("env_kwargs", "")))
+    # an unknown task name fails here
+    brought = task_defaults(task, overrides.get("action_repeat"), env_kwargs)
     # bf16 where the CPU has a bf16 unit, unless the flags say (workers/host/precision.py)
     brought["bf16"] = bf16_by_default(str(overrides.get("device", Config.device)))
     return make_config(
