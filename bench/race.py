@@ -1,7 +1,8 @@
 """`bench --race N`: what a race costs and how fast it follows a person's hand, in one live run of
 N workers in 2 lanes with the same knobs: the lag of a knob changed for one lane (in agent
 steps, the other lane untouched), the lag of a promotion, and the race table's cost in the
-window's process (its controller rebuilds the table a few times a second)."""
+window's process while the race runs (its controller rebuilds the table a few times a
+second)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from agent.config import Config
 from viewer.controller import POLL_S
 from viewer.model import RunModel
 from workers.run.owner import Run, RunSettings
+from workers.rundir.lanes import Lane
 from workers.rundir.records import KnobsApplied
 
 
 def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> dict:
-    run = Run.create(run_dir, cfg, RunSettings(workers=workers, merge_every=10**6), lanes=[{}, {}])
+    settings = RunSettings(workers=workers, merge_every=10**6)
+    run = Run.create(run_dir, cfg, settings, lanes=[Lane(), Lane()])
     run.start()
     model = RunModel(workers)
 
@@ -31,7 +34,17 @@ def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         time.sleep(seconds / 4)
         changes.append((run.set_knobs(lane=0, horizon=4 if i % 2 == 0 else 3), steps()))
     time.sleep(seconds / 4)
-    promoted = run.race.promote(1)
+    # The race table as the window's controller builds it, on this run's records so far, while
+    # the race runs (after the promotion there would be no lanes left to rank).
+    model.ingest(run.new_events())
+    record = run.race.record()
+    start, calls = time.perf_counter(), 0
+    while time.perf_counter() - start < 2.0:
+        table = model.race.table(record, run.progress(), time.time())
+        calls += 1
+    table_s = (time.perf_counter() - start) / calls
+    ranked = 0 if table is None else len(table.rows)
+    promoted = run.race.promote(1, weights=False)  # no merge yet: values only
     changes.append((promoted, steps()))
     time.sleep(5)
     events = run.new_events()
@@ -49,14 +62,6 @@ def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         if (w, v) in applied
     )
     promotion_lags = lags(promoted, changes[-1][1], tuple(range(workers)))
-    # The race table as the window's controller builds it, on this run's records so far.
-    record = run.race.record()
-    progress = run.progress()
-    start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < 2.0:
-        model.race.rows(record, progress, time.time())
-        calls += 1
-    table_s = (time.perf_counter() - start) / calls
     run.stop()
     return {
         "workers": workers,
@@ -66,6 +71,7 @@ def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         "other_lane_untouched": untouched,
         "promotion_applied_by": len(promotion_lags),
         "promotion_lag_agent_steps_max": max(promotion_lags) if promotion_lags else None,
+        "lanes_in_table": ranked,
         "episodes_in_table": sum(len(v) for v in model.race.episodes.values()),
         "race_table_ms": round(table_s * 1000, 3),
         # One rebuild per controller refresh (POLL_S): the share of one core it takes.

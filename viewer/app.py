@@ -170,7 +170,7 @@ class App:
         dpg.configure_item("left", width=left, height=body)
         dpg.configure_item("right", width=max(300, width - left - 28), height=body)
         self.showcase.fit(left - 24, body)
-        race_rows = self.race.rows + 3 if self.race.shown else 0  # title, header, promote
+        race_rows = self.race.lines if self.race.shown else 0
         self.charts.fit(body, self.workers.rows + race_rows)
 
     # the frame loop ------------------------------------------------------------------

@@ -22,7 +22,7 @@ from viewer.view import ChartOptions, RaceView, View
 from workers.cli.presets import UserError
 from workers.run.base import BaseRun
 from workers.run.race import check_race, sharing
-from workers.rundir.lanes import describe_lane
+from workers.rundir.lanes import Lane, describe_lane
 from workers.rundir.requests import served_notice
 from workers.showcase.shown_weights import lane_source
 
@@ -62,15 +62,16 @@ class Controller:
         """New knob values, for lane `lane` of a race or (None) for every worker."""
         self._commands.put(lambda: self._set_knobs(changes, lane))
 
-    def start_race(self, lane_changes: list[dict]) -> None:
-        """Split the run's workers into len(lane_changes) lanes, each with its changes."""
-        self._commands.put(lambda: self._start_race(lane_changes))
+    def start_race(self, lanes: list[Lane]) -> None:
+        """Split the run's workers into `lanes`, each with its changes, size and merging."""
+        self._commands.put(lambda: self._start_race(lanes))
 
-    def promote(self, lane: int) -> None:
-        self._commands.put(lambda: self._promote(lane))
+    def promote(self, lane: int, weights: bool = True) -> None:
+        """End the race with lane `lane`'s values and (`weights`) its weights for every worker."""
+        self._commands.put(lambda: self._promote(lane, weights))
 
-    def race_problem(self, lanes: int) -> str | None:
-        """Why the run cannot race in `lanes` lanes now (None: it can). Reads settings only."""
+    def race_problem(self, lanes: list[Lane]) -> str | None:
+        """Why the run cannot race in `lanes` now (None: it can). Reads settings only."""
         run = self._run
         if run is None:
             return "no run: start one first"
@@ -181,24 +182,26 @@ class Controller:
             where = "" if lane is None else f" (lane {lane})"
             self.notices.put(f"knobs v{version}{where}: {text}")
 
-    def _start_race(self, lane_changes: list[dict]) -> None:
+    def _start_race(self, lanes: list[Lane]) -> None:
         if self._run is not None:
-            version = self._run.race.start(lane_changes)
-            lanes = "; ".join(
-                f"lane {n}: {describe_lane(c) or 'as the run'}" for n, c in enumerate(lane_changes)
+            version = self._run.race.start(lanes)
+            text = "; ".join(
+                f"lane {n}: {describe_lane(lane) or 'as the run'}" for n, lane in enumerate(lanes)
             )
-            self.notices.put(f"race started (knobs v{version}), from the merged weights: {lanes}")
+            self.notices.put(f"race started (knobs v{version}), from the merged weights: {text}")
             self._show_racing_weights(self._run)
 
-    def _promote(self, lane: int) -> None:
+    def _promote(self, lane: int, weights: bool) -> None:
         if self._run is not None:
-            version = self._run.race.promote(lane)
+            version = self._run.race.promote(lane, weights)
             if self._run.showcase_settings()["source"] <= -2:  # a lane's: the race is over
                 self._run.set_showcase(source=-1)
-            self.notices.put(
-                f"lane {lane} promoted (knobs v{version}): its values for every worker; the "
-                "next merge averages them all"
+            what = (
+                "its values and its weights for every worker"
+                if weights
+                else "its values for every worker; the next merge averages every worker's weights"
             )
+            self.notices.put(f"lane {lane} promoted (knobs v{version}): {what}")
 
     def _restart_crashed(self) -> None:
         if self._run is None:
@@ -217,11 +220,12 @@ class Controller:
             self.notices.put(f"worker {index} {verb}: it starts from {pool}")
 
     def _remove_worker(self) -> None:
-        """Take out the newest merging worker (the control worker, if any, stays)."""
+        """Take out the newest merging worker (a lane that never merges keeps its own)."""
         run = self._run
         if run is None:
             return
-        merging = run.settings.merging
+        record = run.race.record()
+        merging = [w for w in run.settings.merging if record.merges(record.lane_of(w))]
         if not merging:
             raise UserError("no merging worker left to remove")
         run.remove_worker(merging[-1])
@@ -258,10 +262,12 @@ class Controller:
         self.notices.put(f"{verb} {run.path} ({count}, {run.cfg.task})")
 
     def _show_racing_weights(self, run: BaseRun) -> None:
-        """In a race the run's own pool does not merge: a showcase on "merged" plays lane 0's
-        merged weights instead (the source list offers every lane's)."""
-        if run.race.record().lanes and run.showcase_settings()["source"] == -1:
-            run.set_showcase(source=lane_source(0))
+        """In a race the run's own pool does not merge: a showcase on "merged" plays the first
+        merging lane's merged weights instead (the source list offers every lane's)."""
+        record = run.race.record()
+        merging = [n for n in range(len(record.lanes)) if record.merges(n)]
+        if merging and run.showcase_settings()["source"] == -1:
+            run.set_showcase(source=lane_source(merging[0]))
 
     def _stop_run(self) -> None:
         run = self._run
@@ -306,15 +312,12 @@ class Controller:
         record = run.race.record()
         showcase = run.showcase_settings()
         race, returns = None, model.return_lines(o.wall_axis, o.smoothing)
-        if record.lanes:
-            rows = model.race.rows(record, in_run, time.time())
-            thresholds = model.race.thresholds(rows)
-            race = RaceView(
-                len(record.lanes), rows, thresholds, sharing(run.settings, run.cfg, record)
-            )
+        table = model.race.table(record, in_run, time.time()) if record.lanes else None
+        if table is not None:
+            race = RaceView(len(record.lanes), table, sharing(run.settings, run.cfg, record))
             start = model.race.start_time(record)
             if o.by_lane and start is not None:
-                returns = model.lane_lines(rows, o.wall_axis, start)
+                returns = model.lane_lines(table.rows, o.wall_axis, start)
         self.view = View(
             **base,
             task=run.cfg.task,

@@ -101,6 +101,9 @@ class RunModel:
     _knob_versions: set = field(default_factory=set)
     _told: set = field(default_factory=set)
 
+    def __post_init__(self) -> None:
+        self.race.seed_steps = self.seed_steps or None  # the race table's warm-up ends there
+
     def ingest(self, records: list[Record]) -> None:
         for record in records:
             self._ingest_one(record)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from viewer.model import KnobRow
-from workers.run.race_table import LaneRow
+from workers.run.race_table import LaneRow, RaceTable
 from workers.run.wording import OWNED, Wording
 
 
@@ -20,13 +20,20 @@ class ChartOptions:
 
 @dataclass(frozen=True)
 class RaceView:
-    """A race as the window shows it: the table's rows (best first) and how lanes share the
-    machine."""
+    """A race as the window shows it: the table (rows best first, thresholds, verdict, merge
+    gain) and how lanes share the machine."""
 
     lanes: int
-    rows: list[LaneRow]
-    thresholds: list[float]
+    table: RaceTable
     sharing: str
+
+    @property
+    def rows(self) -> list[LaneRow]:
+        return self.table.rows
+
+    @property
+    def thresholds(self) -> list[float]:
+        return self.table.thresholds
 
 
 @dataclass(frozen=True)

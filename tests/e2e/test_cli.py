@@ -85,6 +85,9 @@ def test_a_users_env_module_that_raises_at_import_is_one_line(tmp_path):
         (["iterations=1", "iterations=2", "iterations=3"], ["3 lanes need at least 3"]),
         (["iterations=1"], ["at least 2 lanes"]),
         (["num_elites=64", "iterations=2"], ["num_elites"]),
+        (["workers=2", "workers=1,merge=off"], ["add up to 3 workers and the run has 2"]),
+        (["workers=0", "iterations=2"], ["workers must be a whole number of at least 1"]),
+        (["merge=maybe", "iterations=2"], ["merge must be on or off, got 'maybe'"]),
     ],
 )
 def test_a_bad_lane_is_one_clear_error_and_writes_nothing(lanes, words, tmp_path):
@@ -94,10 +97,30 @@ def test_a_bad_lane_is_one_clear_error_and_writes_nothing(lanes, words, tmp_path
     assert not (tmp_path / "r").exists()
 
 
-def test_a_torchrun_job_refuses_lanes(tmp_path):
+def test_the_merging_experiment_is_one_command_whose_lanes_give_the_workers(tmp_path):
+    """--lane workers=2 --lane workers=1,merge=off, no --workers: a run of 3 workers, lanes of
+    2 and 1, the second never merging; --control-worker is the same lane in short."""
+    lanes = ["--lane=workers=2", "--lane=workers=1,merge=off"]
+    run = tmp_path / "r"
+    result = launch("--headless", *TINY, *lanes, "--steps", "60", "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    assert "3 workers" in result.stderr and "race, best first" in result.stderr
+    assert "merge=off" in result.stderr.split("race, best first")[1]
+    record = json.loads((run / "knobs.json").read_text())
+    assert record["lanes"] == [[0, 1], [2]] and record["solo_lanes"] == [1]
+    short = tmp_path / "c"
+    flags = ["--workers", "2", "--control-worker", "--steps", "60", "--run-dir", str(short)]
+    result = launch("--headless", *TINY, *flags)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((short / "knobs.json").read_text())
+    assert record["lanes"] == [[0, 1], [2]] and record["solo_lanes"] == [1]
+
+
+@pytest.mark.parametrize("lane", ["iterations=1", "workers=1,merge=off"])
+def test_a_torchrun_job_refuses_lanes(lane, tmp_path):
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "RANK": "0", "WORLD_SIZE": "1"}
     result = subprocess.run(
-        [sys.executable, str(ROOT / "launch.py"), "--headless", *TINY, "--lane=iterations=1"],
+        [sys.executable, str(ROOT / "launch.py"), "--headless", *TINY, f"--lane={lane}"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -105,6 +128,7 @@ def test_a_torchrun_job_refuses_lanes(tmp_path):
         cwd=tmp_path,
     )
     assert_clean_error(result, "a torchrun job does not race")
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_unwritable_run_dir(tmp_path):

@@ -218,7 +218,8 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
     env = window_env(display, ui_map)
     x = x_tool(env)
 
-    lanes = ["--lane", "iterations=1", "--lane", "iterations=2"]
+    # A merging lane against one that never merges: the original merging experiment, small.
+    lanes = ["--lane=workers=1,iterations=2", "--lane=workers=1,merge=off", "--merge-every=30"]
     app = subprocess.Popen(
         [sys.executable, str(ROOT / "launch.py"), *TINY, *lanes, "--run-dir", str(run)],
         cwd=tmp_path,
@@ -235,17 +236,20 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
 
     def both_lanes_ranked():
         rows = race_rows()
-        # columns: leader, lane, knobs, steps, steps/s, return, eval, 3 thresholds, area
+        # columns: leader, lane, knobs, workers, steps, steps/s, return, eval, score, thresholds
         lanes = {row[1]: row for row in rows}
         ready = set(lanes) == {"0", "1"} and all(
-            row[5] != "-" and int(row[3].replace(",", "")) > 0 for row in rows
+            row[6] != "-" and row[8] != "-" and int(row[4].replace(",", "")) > 30 for row in rows
         )
         return lanes if ready else None
 
     try:
         lanes_shown = wait_for(both_lanes_ranked, 300, "the race table to rank both lanes")
-        assert lanes_shown["0"][2] == "iterations=1" and lanes_shown["1"][2] == "iterations=2"
-        assert sum(row[0] == "leads" for row in lanes_shown.values()) == 1
+        assert lanes_shown["0"][2] == "iterations=2", lanes_shown
+        assert lanes_shown["1"][2] == "iterations=1,merge=off"
+        assert [row[3] for row in lanes_shown.values()] == ["1", "1"]
+        assert sum(row[0] == "leads" for row in lanes_shown.values()) <= 1
+        assert all(" +- " in row[8] for row in lanes_shown.values())  # a score and its spread
         screen_png = tmp_path / "race.png"
         x("import", "-display", display, "-window", "root", str(screen_png))
         assert iio.imread(screen_png).std() > 5
@@ -266,4 +270,4 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
     finally:
         end_all(app, server)
     applied = records(run, "knobs_applied", 1)
-    assert applied[-1]["values"]["iterations"] == 1 and applied[-1].get("lane") is None
+    assert applied[-1]["values"]["iterations"] == 2 and applied[-1].get("lane") is None

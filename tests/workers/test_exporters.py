@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from workers.run.owner import Run, RunSettings
 from workers.rundir.directory import RunDir
+from workers.rundir.lanes import Lane
 from workers.rundir.records import (
     Checkpoint,
     Episode,
@@ -227,7 +228,7 @@ def test_no_tensorboard_flag_of_the_headless_command(tmp_path):
 
 def test_a_race_keeps_its_lanes_apart_in_tensorboard_and_the_eval_csvs(tmp_path):
     settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000)
-    lanes = [{"iterations": 1}, {"iterations": 2}]
+    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(150), settings, lanes=lanes)
     run.start()
     run.wait()

@@ -1,9 +1,11 @@
 """Races: lanes of workers with their own knob values and merge pools, promotion, the race
 table, and a worker that joins a pool mid-run."""
 
+import dataclasses
 import json
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -15,22 +17,25 @@ from workers.merging.files import FileMergeBackend, write_members
 from workers.run.owner import Run, RunSettings
 from workers.run.race_table import RaceTracker
 from workers.rundir.knob_record import KnobStore
-from workers.rundir.lanes import deal_lanes, parse_lane
-from workers.rundir.records import (
-    Episode,
-    KnobRecord,
-    KnobsApplied,
-    Merge,
-    StartedFromMerged,
-)
+from workers.rundir.lanes import Lane, check_layout, deal_lanes, describe_lane, parse_lane
+from workers.rundir.records import KnobsApplied, KnobsRefused, Merge, StartedFromMerged
 from workers.showcase.shown_weights import lane_source, weights_file
 
 
 # layouts and values --------------------------------------------------------------------------
-def test_workers_are_dealt_evenly_and_packs_never_span_lanes():
-    assert deal_lanes([0, 1, 2, 3, 4], 2) == ((0, 1, 2), (3, 4))
+def test_lanes_take_their_sizes_the_rest_share_evenly_and_packs_never_span_lanes():
+    assert deal_lanes([0, 1, 2, 3, 4], [Lane(), Lane()]) == ((0, 1, 2), (3, 4))
+    control = Lane(size=1, merges=False)
+    assert deal_lanes(range(5), [Lane(size=4), control]) == ((0, 1, 2, 3), (4,))
+    assert deal_lanes(range(6), [Lane(size=1), Lane(), Lane()]) == ((0,), (1, 2, 3), (4, 5))
     with pytest.raises(ConfigError, match="3 lanes need at least 3"):
-        deal_lanes([0, 1], 3)
+        deal_lanes([0, 1], [Lane()] * 3)
+    with pytest.raises(ConfigError, match="add up to 5 workers and the run has 4"):
+        deal_lanes(range(4), [Lane(size=4), control])
+    with pytest.raises(ConfigError, match="add up to 5 workers and the run has 6"):
+        deal_lanes(range(6), [Lane(size=4), control])  # all sized: they must add up
+    with pytest.raises(ConfigError, match="need at least 6 workers"):
+        deal_lanes(range(5), [Lane(size=4), Lane(), Lane()])
     settings = RunSettings(workers=4, pack=4, lanes=((0, 1), (2, 3)))
     assert settings.packs == [[0, 1], [2, 3]]
     assert RunSettings(workers=4, pack=4).packs == [[0, 1, 2, 3]]
@@ -40,10 +45,13 @@ def test_workers_are_dealt_evenly_and_packs_never_span_lanes():
     "text, message",
     [
         ("iterations", "not KEY=VALUE"),
-        ("speed=2", "'speed' is not a live knob"),
+        ("speed=2", "'speed' is not a live knob, workers=N or merge=off"),
         ("iterations=two", "must be a number"),
         ("iterations=99", r"iterations must be in \[1, 32\]"),
         ("iterations=2,iterations=3", "given twice"),
+        ("workers=0", "workers must be a whole number of at least 1, got '0'"),
+        ("workers=1.5", "workers must be a whole number"),
+        ("merge=maybe", "merge must be on or off, got 'maybe'"),
     ],
 )
 def test_a_bad_lane_is_one_clear_error(text, message):
@@ -51,13 +59,29 @@ def test_a_bad_lane_is_one_clear_error(text, message):
         parse_lane(text)
 
 
-def test_lane_text_reads_knobs_of_either_spelling():
-    assert parse_lane("iterations=2, merge-every=500,temperature=1") == {
-        "iterations": 2,
-        "merge_every": 500,
-        "temperature": 1.0,
-    }
-    assert parse_lane("") == {}
+def test_lane_text_reads_knobs_sizes_and_merging_of_either_spelling():
+    assert parse_lane("iterations=2, merge-every=500,temperature=1") == Lane(
+        {"iterations": 2, "merge_every": 500, "temperature": 1.0}
+    )
+    assert parse_lane("") == Lane()
+    lane = parse_lane("workers=1, merge=off, iterations=2")
+    assert lane == Lane({"iterations": 2}, size=1, merges=False)
+    assert parse_lane(describe_lane(lane)) == lane
+    assert describe_lane(lane) == "workers=1,iterations=2,merge=off"
+
+
+def test_a_layout_that_does_not_fit_the_run_is_refused():
+    check_layout(((0, 1), (2,)), (1,), 3, [0, 1, 2])
+    check_layout(((0, 1), (3,)), (), 4, [0, 1, 3])  # worker 2 was removed
+    for lanes, solo, active, message in [
+        (((0, 1), (5,)), (), [0, 1, 2], "names worker 5, and the run has workers 0-2"),
+        (((0, 1), (1, 2)), (), [0, 1, 2], "worker 1 is in two lanes"),
+        (((0,), (2,)), (), [0, 1, 2], "worker 1 of the run is in no lane"),
+        (((0, 1), ()), (), [0, 1], "lane 1 has no worker"),
+        (((0,), (1, 2)), (2,), [0, 1, 2], "no lane 2"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            check_layout(lanes, solo, 3, active)
 
 
 def test_the_knob_record_races_changes_one_lane_promotes_and_survives_damage(tmp_path):
@@ -65,7 +89,7 @@ def test_the_knob_record_races_changes_one_lane_promotes_and_survives_damage(tmp
     store = KnobStore(tmp_path)
     store.initialise(cfg, 50)
     lanes = ((0, 1), (2, 3))
-    version = store.start_race(cfg, lanes, ({"iterations": 1}, {"iterations": 3}))
+    version = store.start_race(cfg, lanes, (Lane({"iterations": 1}), Lane({"iterations": 3})))
     record = store.read_record()
     assert record.lanes == lanes and record.pool == version == 1
     assert [v["iterations"] for v in record.lane_values] == [1, 3]
@@ -83,23 +107,54 @@ def test_the_knob_record_races_changes_one_lane_promotes_and_survives_damage(tmp
     record = store.read_record()
     assert record.lanes == () and record.pool == version
     assert record.values["iterations"] == 3 and record.values["horizon"] == cfg.horizon
+    assert (record.promoted_lane, record.promoted_worker) == (1, None)
     history = [json.loads(line) for line in store.history.read_text().splitlines()]
     assert [h["event"] for h in history] == ["", "race", "", "promote"]
     assert history[2]["lane"] == 0 and history[3]["lane"] == 1
+    # Damaged after the promotion: the history rebuilds the promoted values, not the
+    # pre-race ones, so that the next knob change does not revert every worker.
+    store.path.write_text("{torn")
+    rebuilt = store.last_good_record(cfg)
+    assert rebuilt.values == record.values and rebuilt.version == version
+    assert (rebuilt.pool, rebuilt.promoted_lane) == (version, 1)
+    store.set(cfg, horizon=2)
+    assert store.read_record().values == {**record.values, "horizon": 2}
+
+
+def test_a_lane_that_never_merges_is_in_the_record_and_promotes_its_first_workers_weights(
+    tmp_path,
+):
+    cfg = tiny(100)
+    store = KnobStore(tmp_path)
+    lanes = (Lane(size=2), Lane({"iterations": 3}, size=1, merges=False))
+    store.initialise(cfg, 50, ((0, 1), (2,)), lanes)
+    record = store.read_record()
+    assert record.solo_lanes == (1,) and record.merges(0) and not record.merges(1)
+    assert record.merges(None)  # outside a race every worker merges
+    version = store.promote(cfg, 1, from_worker=2)
+    promoted = store.read_record()
+    assert (promoted.promoted_lane, promoted.promoted_worker) == (1, 2)
+    assert promoted.solo_lanes == () and promoted.values["iterations"] == 3
+    assert version == promoted.pool
+    with pytest.raises(ConfigError, match="no lane 0 to promote"):
+        store.promote(cfg, 0, weights=False)  # no race left
 
 
 def test_a_race_needs_two_lanes_and_workers_for_them(tmp_path):
+    two = RunSettings(workers=2)
     with pytest.raises(ConfigError, match="at least 2 lanes"):
-        Run.create(tmp_path / "a", tiny(100), RunSettings(workers=2), lanes=[{}])
-    with pytest.raises(ConfigError, match="3 lanes need at least 3 merging workers"):
-        Run.create(tmp_path / "b", tiny(100), RunSettings(workers=2), lanes=[{}, {}, {}])
+        Run.create(tmp_path / "a", tiny(100), two, lanes=[Lane()])
+    with pytest.raises(ConfigError, match="3 lanes need at least 3 workers"):
+        Run.create(tmp_path / "b", tiny(100), two, lanes=[Lane()] * 3)
     with pytest.raises(ConfigError, match="lane 1: iterations must be in"):
-        Run.create(tmp_path / "c", tiny(100), RunSettings(workers=2), lanes=[{}, {"iterations": 0}])
-    assert not any((tmp_path / name).exists() for name in "abc")  # nothing written
+        Run.create(tmp_path / "c", tiny(100), two, lanes=[Lane(), Lane({"iterations": 0})])
+    with pytest.raises(ConfigError, match="add up to 3 workers and the run has 2"):
+        Run.create(tmp_path / "e", tiny(100), two, lanes=[Lane(size=2), Lane(size=1)])
+    assert not any((tmp_path / name).exists() for name in "abce")  # nothing written
     settings = RunSettings(workers=4, pack=2)
     run = Run.create(tmp_path / "d", tiny(100), settings)
     with pytest.raises(ConfigError, match="a pack"):
-        run.race.start([{}, {}, {}])  # lanes (0, 1), (2,), (3,) would split the pack [2, 3]
+        run.race.start([Lane()] * 3)  # lanes (0, 1), (2,), (3,) would split the pack [2, 3]
 
 
 # the merge pools -------------------------------------------------------------------------------
@@ -131,52 +186,16 @@ def test_a_joining_worker_stays_out_of_the_mean_and_takes_the_others(tmp_path):
     assert result.participants == [0] and "no update of its own" in result.left_out[1]
 
 
-# the race table --------------------------------------------------------------------------------
-def test_the_race_table_ranks_lanes_by_the_return_they_gathered_over_wall_time():
-    record = KnobRecord(
-        version=0,
-        values={"iterations": 2, "horizon": 3},
-        lanes=((0,), (1,)),
-        lane_values=({"iterations": 1, "horizon": 3}, {"iterations": 4, "horizon": 3}),
-    )
-    tracker = RaceTracker(published_final=100.0)
-
-    def applied(worker, lane):
-        return KnobsApplied(step=0, time=1000.0, version=0, values={}, lane=lane, worker=worker)
-
-    def episode(worker, t, ret):
-        return Episode(step=0, time=1000.0 + t, ret=ret, length=10, worker=worker)
-
-    tracker.ingest([applied(0, 0), applied(1, 1)])
-    tracker.ingest([episode(0, 10, 50.0), episode(0, 20, 80.0), episode(1, 30, 95.0)])
-    progress = [
-        {"worker": 0, "step": 400, "steps_per_s": 4.0},
-        {"worker": 1, "step": 200, "steps_per_s": 2.0},
-    ]
-    rows = tracker.rows(record, progress, now=1040.0)
-    assert [row.lane for row in rows] == [0, 1] and rows[0].leader and not rows[1].leader
-    lane0, lane1 = rows
-    assert lane0.knobs == {"iterations": 1}  # only the knobs that differ
-    assert lane0.ret == pytest.approx(65.0)  # the mean of its last episodes
-    assert lane0.area == pytest.approx(50.0 * 10 + 65.0 * 20)
-    assert lane1.area == pytest.approx(95.0 * 10)
-    assert tracker.thresholds(rows) == [50.0, 75.0, 90.0]
-    assert lane0.reached == {50.0: 10.0, 75.0: None, 90.0: None}
-    assert lane1.reached[90.0] == 30.0
-    assert (lane0.steps, lane1.steps_per_s) == (400, 2.0)
-    assert tracker.rows(KnobRecord(version=0, values={}), progress, 1040.0) == []
-
-
 # end to end ------------------------------------------------------------------------------------
 def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
     settings = RunSettings(workers=4, merge_every=30, merge_timeout_s=30)
-    lanes = [{"iterations": 1}, {"iterations": 2}]
+    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(420), settings, lanes=lanes)
     run.start()
     assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 110, timeout=300)
     one_lane = run.set_knobs(lane=0, horizon=2)
     assert wait_until(lambda: min(w["knob_version"] for w in run.progress()) >= one_lane)
-    promoted = run.race.promote(1)
+    promoted = run.race.promote(1, weights=False)
     run.wait()
     assert [w["state"] for w in run.progress()] == ["done"] * 4
     joined = []  # after the promotion: the workers of each merge
@@ -200,9 +219,8 @@ def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
 
 def test_lanes_survive_resume_and_attach_and_a_killed_worker_restarts_into_its_lane(tmp_path):
     settings = RunSettings(workers=2, merge_every=30, checkpoint_every=60, max_restarts=1)
-    run = Run.create(
-        tmp_path / "run", tiny(400), settings, lanes=[{"iterations": 1}, {"iterations": 2}]
-    )
+    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
+    run = Run.create(tmp_path / "run", tiny(400), settings, lanes=lanes)
     run.monitor.restart_backoff_s = 0.1
     run.start()
     assert wait_until(lambda: run.progress()[1]["step"] >= 130, timeout=300)
@@ -255,10 +273,10 @@ def test_a_running_run_splits_into_lanes_from_its_merged_weights(tmp_path):
     assert wait_until(lambda: len(events(run, Merge, 0)) >= 2, timeout=300)
     merged = torch.load(run.path / "merge" / "merged.pt", weights_only=False)["round"]
     with pytest.raises(ConfigError, match="at least 2 lanes"):
-        run.race.start([{}])
-    version = run.race.start([{"iterations": 1}, {"iterations": 2}])
+        run.race.start([Lane()])
+    version = run.race.start([Lane({"iterations": 1}), Lane({"iterations": 2})])
     with pytest.raises(ConfigError, match="a race is on"):
-        run.race.start([{}, {}])
+        run.race.start([Lane(), Lane()])
     run.wait()
     for worker in (0, 1):
         applied = {a.version: a for a in events(run, KnobsApplied, worker)}
@@ -273,3 +291,66 @@ def test_a_running_run_splits_into_lanes_from_its_merged_weights(tmp_path):
         assert all({*m.participants, *m.left_out} == {0, 1} for m in before)
         assert not [m for m in events(run, Merge, worker) if m.step > split]
     assert merged >= 2
+
+
+def test_a_merging_lane_races_a_lane_that_never_merges_and_promotes_its_weights(tmp_path):
+    """What only processes show: the never-merging lane writes no merge record (it publishes
+    its weights only), the merging lane merges only within itself, the table ranks both, and a
+    promotion with weights leaves every worker with the winner's merged weights."""
+    settings = RunSettings(workers=3, merge_every=30, merge_timeout_s=120)
+    lanes = [Lane(size=2), Lane({"iterations": 2}, size=1, merges=False)]
+    run = Run.create(tmp_path / "run", tiny(100_000), settings, lanes=lanes)
+    assert run.race.record().lanes == ((0, 1), (2,)) and run.race.record().solo_lanes == (1,)
+    run.start()
+    lane0 = run.path / "merge" / "lane-0"
+    assert wait_until(
+        lambda: len(events(run, Merge, 0)) >= 2 and min(w["step"] for w in run.progress()) >= 130,
+        timeout=400,
+    )
+    tracker = RaceTracker()
+    tracker.ingest(run.new_events())
+    table = tracker.table(run.race.record(), run.progress(), time.time())
+    assert sorted(row.lane for row in table.rows) == [0, 1]
+    assert all(row.score is not None and row.episodes >= 1 for row in table.rows)
+    run.pause()
+    assert wait_until(lambda: all(w["state"] == "paused" for w in run.progress()), timeout=120)
+    version = run.race.promote(0)  # with its weights
+    assert wait_until(lambda: min(w["knob_version"] for w in run.progress()) >= version)
+    run.stop()  # paused since the promotion: the weights each saves are the ones it took
+    merged = torch.load(lane0 / "merged.pt", weights_only=True)["model"]
+    for worker in range(3):
+        saved = torch.load(run.path / f"worker-{worker}.pt", weights_only=True)["model"]
+        assert all(torch.equal(saved[name], merged[name]) for name in merged), worker
+    assert not events(run, Merge, 2), "the lane that never merges merged"
+    assert (run.path / "merge" / "lane-1" / "worker-2.pt").exists()  # published, for the showcase
+    for worker in (0, 1):
+        rounds = events(run, Merge, worker)
+        assert rounds and all({*m.participants, *m.left_out} <= {0, 1} for m in rounds)
+    applied = events(run, KnobsApplied, 2)[-1]
+    assert applied.version == version and applied.lane is None
+
+
+def test_a_knob_record_whose_lanes_do_not_fit_the_run_is_refused_by_every_worker(tmp_path):
+    """A hand-edited record that would mix two lanes' workers (and names a worker the run does
+    not have): every worker refuses it, and the lanes go on merging apart."""
+    settings = RunSettings(workers=4, merge_every=30, merge_timeout_s=120)
+    run = Run.create(tmp_path / "run", tiny(100_000), settings, lanes=[Lane(), Lane()])
+    run.start()
+    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 40, timeout=300)
+    good = run.race.record()
+    bad = dataclasses.replace(good, version=good.version + 1, lanes=((0, 2), (1, 3, 5)))
+    (run.path / "knobs.json").write_text(json.dumps(bad.to_json()))
+    assert wait_until(lambda: len(events(run, KnobsRefused)) >= 4, timeout=120)
+    refused = events(run, KnobsRefused)
+    assert {r.worker for r in refused} == {0, 1, 2, 3}
+    assert all("names worker 5" in r.reason and r.version == bad.version for r in refused)
+    assert run.race.record().lanes == good.lanes  # the run's view keeps the good lanes
+    at = max(r.step for r in refused)
+    assert wait_until(
+        lambda: all(any(m.step > at + 30 for m in events(run, Merge, w)) for w in range(4)),
+        timeout=300,
+    )
+    run.stop()
+    for worker, mates in ((0, {0, 1}), (1, {0, 1}), (2, {2, 3}), (3, {2, 3})):
+        merges = events(run, Merge, worker)
+        assert merges and all({*m.participants, *m.left_out} <= mates for m in merges)

@@ -117,12 +117,22 @@ class DialogsPanel:
                 max_clamped=True,
                 step=merge.step,
             )
-            dpg.add_checkbox(label="add a control worker (never merges)", tag="new_control")
+            dpg.add_checkbox(
+                label="add a control worker (a lane of its own that never merges)",
+                tag="new_control",
+            )
             dpg.add_input_text(
                 label="race lanes",
                 tag="new_lanes",
-                hint="iterations=2; iterations=6 (a lane per ';', empty: no race)",
+                hint="workers=4; workers=1,merge=off (a lane per ';', empty: no race)",
             )
+            with dpg.tooltip("new_lanes"):
+                dpg.add_text(
+                    "A lane per ';', each KEY=VALUE,...: live knobs (iterations=2), its size\n"
+                    "(workers=N; lanes without one share the workers above) and merge=off\n"
+                    "(its workers never merge). When every lane gives its size, their sum is\n"
+                    "the run's workers."
+                )
             dpg.add_checkbox(
                 label="reduced planning for CPU (128 samples x 2 iterations)",
                 tag="new_cpu_planning",

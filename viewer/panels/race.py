@@ -1,8 +1,9 @@
-"""The race: its table (one row per lane, best first: knobs that differ, agent steps per worker,
-steps/s per worker, return now, best evaluation, the race time at which each lane first reached
-a few returns, the area under its return against wall time in return x minutes), the promote
-action, and the dialog that starts a race from a running run.
-The rows come ranked in the view (workers/run/race_table.py); nothing here computes them.
+"""The race: its table (one row per lane, best first: knobs that differ, workers, agent steps
+and steps/s per worker, the smoothed return now, the latest evaluation, the score with its
+spread, and for each threshold the training time and agent steps per worker a lane needed, with
+a merging lane's gain over a lane that never merges), the verdict and what the numbers mean,
+the promote action, and the dialog that starts a race from a running run.
+The table comes ranked in the view (workers/run/race_table.py); nothing here computes it.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from viewer.controller import Controller
 from viewer.panels import TextStyles, data_table
 from viewer.view import View
 from workers.run.race import MAX_LANES
+from workers.run.race_table import (
+    lane_knobs,
+    level_text,
+    reached_text,
+    score_text,
+    summary_lines,
+)
 from workers.rundir.lanes import parse_lane
 
-COLUMNS = ("", "lane", "knobs", "steps", "steps/s", "return", "eval")
-THRESHOLDS = 3  # the race table's time-to-return columns (workers/run/race_table.py FRACTIONS)
-
-
-def _clock(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+COLUMNS = ("", "lane", "knobs", "workers", "steps", "steps/s", "return", "eval (n)", "score")
+THRESHOLDS = 3  # the race table's threshold columns (workers/run/race_table.py FRACTIONS)
 
 
 class RacePanel:
@@ -34,6 +38,7 @@ class RacePanel:
         self.styles = styles
         self.relayout = relayout  # the table's height steers the charts' heights
         self.rows = 0  # table rows built (lanes)
+        self.lines = 0  # text lines the race takes below the charts (for the layout)
         self.shown = False
 
     def build(self) -> None:
@@ -47,15 +52,33 @@ class RacePanel:
             data_table("race_table", COLUMNS)
             for n in range(THRESHOLDS):
                 dpg.add_table_column(label="", tag=f"race_threshold_{n}", parent="race_table")
-            dpg.add_table_column(label="area", parent="race_table")
             with dpg.group(horizontal=True):
                 dpg.add_combo([], tag="promote_lane", width=90)
                 dpg.add_button(label="Promote lane", tag="promote", callback=self._promote)
+                dpg.add_checkbox(
+                    label="with its weights", tag="promote_weights", default_value=True
+                )
                 with dpg.tooltip("promote"):
                     dpg.add_text(
-                        "The lane's knob values for every worker; the lanes become one merge "
-                        "pool again (the next merge averages every worker)."
+                        "The lane's knob values for every worker, and (with its weights) its\n"
+                        "merged weights, or a lane that never merged its first worker's, in\n"
+                        "place of every other worker's. The lanes become one merge pool again;\n"
+                        "without its weights the next merge averages every worker's."
                     )
+                dpg.add_text("", tag="race_verdict")
+                self.styles.bind("race_verdict", "accent")
+                with dpg.tooltip("race_verdict"):
+                    dpg.add_text(
+                        "score: each lane's smoothed training return, 0 at the race's starting\n"
+                        "level and 1 at the top (the task's published final return, else the\n"
+                        "best lane's), averaged over the race's training time (pauses and stops\n"
+                        "left out; before its first episode a lane is at 0); +- about 95 % of a\n"
+                        "bootstrap over its episodes. A lane leads when its lead is larger than\n"
+                        "the two spreads together. to X: the training time and agent steps per\n"
+                        "worker a lane needed to first reach X."
+                    )
+            dpg.add_text("", tag="race_summary", wrap=0)
+            self.styles.bind("race_summary", "muted")
 
     def build_dialog(self) -> None:
         """The window that starts a race from the running run (outside the main window)."""
@@ -63,8 +86,10 @@ class RacePanel:
             label="Start a race", tag="race_dialog", show=False, modal=True, pos=(380, 200)
         ):
             dpg.add_text(
-                "The run's workers are split evenly into lanes; each lane starts from the\n"
-                "merged weights, merges only with itself and runs its own knobs.",
+                "The run's workers are split into lanes (workers=N gives a lane its size; the\n"
+                "others share the rest evenly); each lane starts from the merged weights,\n"
+                "merges only with itself (merge=off: its workers never merge, the control of\n"
+                "a merging experiment) and runs its own knobs.",
             )
             dpg.add_combo(
                 [str(n) for n in range(2, MAX_LANES + 1)],
@@ -78,7 +103,7 @@ class RacePanel:
                 dpg.add_input_text(
                     label=f"lane {n}",
                     tag=f"race_lane_{n}",
-                    hint="e.g. iterations=2,horizon=3 (empty: as the run)",
+                    hint="e.g. workers=3,iterations=2 or workers=1,merge=off (empty: as the run)",
                     show=n < 2,
                     width=380,
                 )
@@ -104,7 +129,7 @@ class RacePanel:
         count = int(dpg.get_value("race_lanes"))
         try:
             lanes = [parse_lane(dpg.get_value(f"race_lane_{n}")) for n in range(count)]
-            problem = self.controller.race_problem(count)
+            problem = self.controller.race_problem(lanes)
         except ConfigError as err:
             dpg.set_value("race_error", str(err))
             return
@@ -117,13 +142,14 @@ class RacePanel:
     def _promote(self, *_) -> None:
         chosen = dpg.get_value("promote_lane")
         if chosen:
-            self.controller.promote(int(chosen.split()[-1]))
+            weights = bool(dpg.get_value("promote_weights"))
+            self.controller.promote(int(chosen.split()[-1]), weights)
 
     def texts(self) -> list[list[str]]:
         """The table's cells as drawn, row by row (for end-to-end tests); none when hidden."""
         if not self.shown:
             return []
-        width = len(COLUMNS) + THRESHOLDS + 1
+        width = len(COLUMNS) + THRESHOLDS
         return [[dpg.get_value(f"race_{i}_{c}") for c in range(width)] for i in range(self.rows)]
 
     def apply(self, view: View) -> None:
@@ -140,7 +166,7 @@ class RacePanel:
                 dpg.delete_item(child)
             for i in range(len(race.rows)):
                 with dpg.table_row(parent="race_table"):
-                    for column in range(len(COLUMNS) + THRESHOLDS + 1):
+                    for column in range(len(COLUMNS) + THRESHOLDS):
                         dpg.add_text("", tag=f"race_{i}_{column}")
             self.rows = len(race.rows)
             names = [f"lane {n}" for n in range(race.lanes)]
@@ -148,25 +174,35 @@ class RacePanel:
             if dpg.get_value("promote_lane") not in names:
                 dpg.set_value("promote_lane", names[0] if names else "")
             self.relayout()
+        table = race.table
         for n in range(THRESHOLDS):
-            level = race.thresholds[n] if n < len(race.thresholds) else None
-            label = "" if level is None else f"to {level:g}"
-            dpg.configure_item(f"race_threshold_{n}", label=label)
-        for i, row in enumerate(race.rows):
+            level = table.thresholds[n] if n < len(table.thresholds) else None
+            dpg.configure_item(
+                f"race_threshold_{n}", label="" if level is None else f"to {level_text(level)}"
+            )
+        for i, row in enumerate(table.rows):
             cells = [
                 "leads" if row.leader else "",
                 str(row.lane),
-                ", ".join(f"{k}={v}" for k, v in row.knobs.items()) or "-",
+                lane_knobs(row),
+                str(len(row.workers)),
                 f"{row.steps:,.0f}",
                 f"{row.steps_per_s:.2f}",
                 "-" if row.ret is None else f"{row.ret:.1f}",
-                "-" if row.best_eval is None else f"{row.best_eval:.1f}",
+                "-" if row.eval_ret is None else f"{row.eval_ret:.1f} ({row.eval_episodes})",
+                score_text(row),
             ]
             cells += [
-                _clock(row.reached.get(race.thresholds[n])) if n < len(race.thresholds) else ""
+                reached_text(row, table.thresholds[n], "") if n < len(table.thresholds) else ""
                 for n in range(THRESHOLDS)
             ]
-            cells.append(f"{row.area / 60:,.0f}")
             for column, text in enumerate(cells):
                 dpg.set_value(f"race_{i}_{column}", text)
             self.styles.bind(f"race_{i}_0", "good" if row.leader else "muted")
+        verdict, *rest = summary_lines(table, short=True)
+        dpg.set_value("race_verdict", verdict)
+        dpg.set_value("race_summary", "\n".join(rest))
+        lines = 4 + len(table.rows) + len(rest)  # title (two), header, promote, summary
+        if lines != self.lines:
+            self.lines = lines
+            self.relayout()

@@ -188,16 +188,20 @@ def build_parser() -> argparse.ArgumentParser:
         f"preset {demo_preset('cpu').merge_every}" + _live("merge_every") + ")",
     )
     multi.add_argument(
-        "--control-worker", action="store_true", help="one extra worker never merges"
+        "--control-worker",
+        action="store_true",
+        help="one extra worker that never merges: shorthand for a lane workers=1,merge=off "
+        "(beside the run's own lane when no --lane is given)",
     )
     multi.add_argument(
         "--lane",
         action="append",
         default=None,
         metavar="KEY=VALUE[,KEY=VALUE...]",
-        help="race: one lane per --lane, with these live knobs (others: the run's), its own "
-        "workers (dealt evenly) and merge pool; e.g. --workers 4 --lane iterations=2 --lane "
-        "iterations=6",
+        help="race: one lane per --lane, with these live knobs (others: the run's), workers=N "
+        "(its size; lanes without one share the rest evenly) and merge=off (its workers never "
+        "merge), each lane its own merge pool; e.g. --lane workers=4 --lane workers=1,merge=off "
+        "(--workers may be left out when every lane gives its size)",
     )
     multi.add_argument(
         "--checkpoint-every", type=int, default=10_000, metavar="STEPS", help="agent steps"

@@ -34,12 +34,7 @@ def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
 
 
 def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
-    from workers.cli.new_run import (
-        config_from_args,
-        default_run_dir,
-        lanes_from_args,
-        settings_from_args,
-    )
+    from workers.cli.new_run import new_run_from_args
     from workers.run.owner import Run
     from workers.training.process import DOES_NOT_FIT
     from workers.training.progress import WorkersProgress
@@ -52,12 +47,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         if args.max_restarts is not None:
             run.settings = replace(run.settings, max_restarts=args.max_restarts)
     else:
-        cfg = config_from_args(args)
-        workers = 1 if args.workers is None else args.workers  # 0 is refused, not made 1
-        settings = settings_from_args(args, workers)
-        path = args.run_dir or default_run_dir(cfg.task)
-        lanes = lanes_from_args(args)
-        run = Run.create(path, cfg, settings, start_weights=args.load, lanes=lanes)
+        run = new_run_from_args(args, default_workers=1).create()  # --workers 0 is refused
         warning = steps_warning(run.cfg)
         if warning:
             print(warning, file=sys.stderr)
@@ -110,9 +100,10 @@ def _print_race(run, say: Callable[[str], None]) -> None:
     """The race table, when the run races."""
     from workers.run.race_table import race_of
 
-    table = race_of(run.path, run.race.record(), run.progress(), run.cfg.task)
+    seeds = run.cfg.resolved_seed_steps
+    table = race_of(run.path, run.race.record(), run.progress(), run.cfg.task, seeds)
     if table:
-        say(f"race, best first (area: the smoothed return gathered over wall time):\n{table}")
+        say(f"race, best first:\n{table}")
 
 
 def _serve_requests(run, say: Callable[[str], None]) -> bool:

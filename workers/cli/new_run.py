@@ -1,19 +1,22 @@
 """How a new run starts from the flags, written once for the command line, the window and a
-torchrun job: its config and its settings, checked before anything is written."""
+torchrun job: its config, its settings and its lanes, checked before anything is written."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
 from workers.cli.presets import Preset, preset_config
-from workers.rundir.lanes import parse_lane
+from workers.run.owner import Run
+from workers.run.race import check_race
+from workers.run.start_weights import read_start_weights
+from workers.rundir.lanes import CONTROL, Lane, parse_lane, workers_for
 from workers.rundir.settings import RunSettings
 
 
@@ -56,37 +59,46 @@ def check_run_flags(args: argparse.Namespace) -> None:
             "--lane: a torchrun job does not race (its ranks merge in one all-reduce); race on "
             "one machine: launch.py --headless --workers N --lane ... --lane ..."
         )
-    lanes_from_args(args)  # a bad --lane is refused before anything is written
 
 
-def lanes_from_args(args: argparse.Namespace) -> list[dict] | None:
-    """Each --lane's knob changes (None: no race); ConfigError naming the lane and the part
-    that is wrong."""
-    if not args.lane:
-        return None
+def lanes_from_args(args: argparse.Namespace) -> list[Lane] | None:
+    """Each --lane (None: no race); --control-worker adds a lane of one worker that never
+    merges (beside the run's own lane when no --lane is given). ConfigError naming the lane
+    and the part that is wrong."""
     lanes = []
-    for n, text in enumerate(args.lane):
+    for n, text in enumerate(args.lane or ()):
         try:
             lanes.append(parse_lane(text))
         except ConfigError as err:
             raise ConfigError(f"--lane {text!r} (lane {n}): {err}", err.field) from None
-    return lanes
+    if getattr(args, "control_worker", False):
+        lanes = [*(lanes or [Lane()]), CONTROL]
+    return lanes or None
+
+
+def workers_from_args(args: argparse.Namespace, lanes: list[Lane] | None, default: int) -> int:
+    """The run's workers: --workers (else `default`), a control worker on top; when every
+    lane gives its size and --workers is left out, their sum."""
+    sized = workers_for(lanes) if lanes else None
+    if sized is not None and args.workers is None:
+        return sized
+    base = default if args.workers is None else args.workers
+    return base + (1 if getattr(args, "control_worker", False) else 0)
 
 
 def settings_from_args(
     args: argparse.Namespace, workers: int, preset: Preset | None = None
 ) -> RunSettings:
-    """The run settings the flags ask for, with `workers` training workers (a control worker
-    comes on top). The merge frequency: --merge-every, else the preset's, else the run's
-    default (RunSettings: the one place it is written)."""
+    """The run settings the flags ask for, with `workers` workers. The merge frequency:
+    --merge-every, else the preset's, else the run's default (RunSettings: the one place it
+    is written)."""
     merge_every = args.merge_every
     if merge_every is None and preset is not None:
         merge_every = preset.merge_every
     chosen = {} if merge_every is None else {"merge_every": merge_every}
     return RunSettings(
-        workers=workers + (1 if args.control_worker else 0),
+        workers=workers,
         **chosen,
-        control_worker=args.control_worker,
         checkpoint_every=args.checkpoint_every,
         tensorboard=not args.no_tensorboard,
         wandb=args.wandb,
@@ -94,3 +106,44 @@ def settings_from_args(
         max_restarts=3 if args.max_restarts is None else args.max_restarts,
         pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
     )
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A new run as the flags or the window's dialog ask for it: checked, nothing written
+    until `create`."""
+
+    path: Path
+    cfg: Config
+    settings: RunSettings
+    lanes: list[Lane] | None = None
+    start_weights: str | None = None
+
+    def create(self) -> Run:
+        return Run.create(
+            self.path, self.cfg, self.settings, start_weights=self.start_weights, lanes=self.lanes
+        )
+
+
+def new_run_from_args(
+    args: argparse.Namespace, preset: Preset | None = None, default_workers: int = 1
+) -> NewRun:
+    """The run the flags ask for (on `preset` when given), every flag checked now: the
+    config, the lanes and their sizes against the workers, the start weights."""
+    check_run_flags(args)
+    cfg = config_from_args(args, preset)
+    lanes = lanes_from_args(args)
+    workers = workers_from_args(args, lanes, default_workers)
+    settings = settings_from_args(args, workers, preset)
+    return checked(
+        NewRun(args.run_dir or default_run_dir(cfg.task), cfg, settings, lanes, args.load)
+    )
+
+
+def checked(run: NewRun) -> NewRun:
+    """`run` once its lanes fit its workers and its start weights read (UserError if not)."""
+    if run.lanes:
+        check_race(run.settings, run.lanes)
+    if run.start_weights:
+        read_start_weights(run.start_weights, run.cfg)
+    return run

@@ -142,6 +142,21 @@ def merged_step(run_path: str | Path, lane: int | None = None) -> int:
         return -1
 
 
+def pool_weights(
+    run_path: str | Path, lane: int | None, pool: int, worker: int | None = None
+) -> Path | None:
+    """The file of a pool's newest weights: its merged ones, or (`worker`) that worker's own,
+    which a lane that never merges publishes every round; None when there are none of pool
+    `pool` (an older race's files stay in the same folder)."""
+    path = merged_path(run_path, lane)
+    if worker is not None:
+        path = pool_dir(run_path, lane) / weights_name(worker)
+    try:
+        return path if int(load_state(path).get("pool", 0)) == pool else None
+    except (WeightsError, ValueError, TypeError):
+        return None
+
+
 class FileMergeBackend:
     """Merging through files in the run directory, for workers on one machine."""
 

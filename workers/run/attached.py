@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.config import Config
-from agent.errors import UserError
+from agent.errors import ConfigError, UserError
 from workers.run.base import BaseRun
 from workers.run.wording import ATTACHED
 from workers.rundir.paths import RUN
@@ -94,13 +94,10 @@ class AttachedRun(BaseRun):
     def add_worker(self, lane: int | None = None) -> int:
         """Ask the owner to add a worker (to lane `lane` in a race); returns the index it
         will have."""
-        record = self.race.record()
-        if record.lanes:
-            self._check_merged_weights(
-                lane if lane is not None else self.race.smallest_lane(record)
-            )
-        else:
-            self._check_merged_weights()
+        try:
+            self._check_merged_weights(self.race.lane_for_new(lane))
+        except ConfigError as err:
+            raise UserError(str(err)) from None
         self._ask_owner("add_worker", lane=lane)
         return self.settings.workers
 

@@ -153,12 +153,7 @@ class BaseRun(ABC):
 
     def _check_merged_weights(self, lane: int | None = None) -> None:
         """A new worker starts from its pool's merged weights: refuse it while there are none
-        (in a race the pool is lane `lane`'s, or the smallest lane's)."""
-        record = self.race.record()
-        if record.lanes:
-            lane = lane if lane is not None else self.race.smallest_lane(record)
-        else:
-            lane = None
+        (in a race the pool is lane `lane`'s: RaceControl.lane_for_new)."""
         if not merged_path(self.path, lane).exists():
             raise UserError(
                 "a new worker starts from the merged weights and there are none yet: add it "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from agent.config import Config
@@ -36,6 +37,7 @@ from workers.run.spawn import WorkerProcess, spawn, worker_spec
 from workers.run.start_weights import read_start_weights, write_start_weights
 from workers.rundir.directory import RunDir
 from workers.rundir.knob_record import KnobStore, run_knobs
+from workers.rundir.lanes import Lane
 from workers.rundir.lines import damaged_lines
 from workers.rundir.paths import RUN, members_path
 from workers.rundir.records import Request
@@ -85,11 +87,12 @@ class Run(BaseRun):
         cfg: Config,
         settings: RunSettings,
         start_weights: str | Path | None = None,
-        lanes: list[dict] | None = None,
+        lanes: Sequence[Lane] | None = None,
     ) -> Run:
         """A new run in `path`; every worker starts from `start_weights` when given (a file of
         one worker's networks), else fresh. `lanes`: a race from the start, lane n running
-        with the run's knob values changed by lanes[n] (the merging workers dealt evenly)."""
+        with the run's knob values changed by its own, with its size (or a share of the
+        workers no lane sized) and merging or not."""
         check_task(cfg.task, cfg.env_options)
         if settings.wandb:
             require_wandb()
@@ -97,13 +100,13 @@ class Run(BaseRun):
             # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
             # planner adds 2 for large action spaces to any value, as the reference does.
             cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
-        layout = check_race(settings, len(lanes)) if lanes else ()
+        layout = check_race(settings, lanes) if lanes else ()
         settings = dataclasses.replace(settings, lanes=layout)
         if settings.pack == 0:
             settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
         values = run_knobs(cfg, settings.merge_every)
-        KnobStore.new_race(cfg, values, layout, tuple(lanes or ()), 0)
+        KnobStore.new_race(cfg, values, layout, lanes or (), 0)
         weights = read_start_weights(start_weights, cfg) if start_weights else None
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
@@ -111,7 +114,7 @@ class Run(BaseRun):
             write_start_weights(run_dir.path, weights, start_weights)
         run = cls(run_dir.path, cfg, settings, resumed=False)
         run._save_settings(settings)
-        run.knobs.initialise(cfg, settings.merge_every, layout, tuple(lanes or ()))
+        run.knobs.initialise(cfg, settings.merge_every, layout, lanes or ())
         return run
 
     @classmethod
@@ -277,15 +280,19 @@ class Run(BaseRun):
         if not self.started:
             raise UserError("start the run before adding workers")
         index = self.settings.workers
-        self._check_merged_weights(lane)
         try:
-            self.race.join(index, lane)
+            lane = self.race.lane_for_new(lane)
         except ConfigError as err:
             raise UserError(str(err)) from None
-        join_step = self._join_step(index)
+        self._check_merged_weights(lane)
+        # run.json first, then the lane: a worker never reads a lane naming a worker the run
+        # does not have (it would refuse the record as damaged).
         self._save_settings(
             dataclasses.replace(self.settings, workers=index + 1, added=self.settings.added + 1)
         )
+        if lane is not None:
+            self.race.join(index, lane)
+        join_step = self._join_step(index)
         self._spawn([self._spec(index, resume=False, from_merged=True, join_step=join_step)])
         return index
 
@@ -294,13 +301,15 @@ class Run(BaseRun):
         its checkpoint and exits (a resumed run leaves it out too)."""
         self._check_removable(index)
         try:
-            self.race.leave(index)  # in a race: out of its lane (never a lane's last)
+            self.race.check_leave(index)  # in a race: never a lane's last
         except ConfigError as err:
             raise UserError(str(err)) from None
         s = self.settings
         with self._lock:
             self.monitor.removed(index)
+            # run.json first, then the lane: no record leaves a worker of the run in no lane.
             self._save_settings(dataclasses.replace(s, removed=(*s.removed, index)))
+        self.race.leave(index)
         process = self._procs.get(index)
         if process is not None:
             process.leave.set()

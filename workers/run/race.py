@@ -6,36 +6,37 @@ read their lane and values from it (workers/training/hooks.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from agent.config import Config
 from agent.errors import ConfigError
 from workers.host.threads import choose_threads
+from workers.merging.files import pool_weights
 from workers.rundir.knob_record import KnobStore
-from workers.rundir.lanes import deal_lanes
+from workers.rundir.lanes import Lane, Layout, check_layout, deal_lanes
 from workers.rundir.records import KnobRecord
 from workers.rundir.settings import RunSettings, gpu_count
 
 MAX_LANES = 4  # what a window offers; the command line allows as many as there are workers
 
 
-def check_race(settings: RunSettings, count: int) -> tuple[tuple[int, ...], ...]:
-    """The lanes `count` lanes would have (the merging workers dealt evenly), or a
-    ConfigError saying why the run cannot race so."""
+def check_race(settings: RunSettings, lanes: Sequence[Lane]) -> Layout:
+    """The workers of each of `lanes` (sized lanes their size, the others an even share of the
+    rest), or a ConfigError saying why the run cannot race so."""
     if settings.ranks:
         raise ConfigError(
             "a torchrun job does not race: its ranks merge in one all-reduce; race on one "
             "machine (launch.py --workers N --lane ...)",
             "lanes",
         )
-    if count < 2:
+    if len(lanes) < 2:
         raise ConfigError(
-            f"a race needs at least 2 lanes (one --lane each), got {count}; for one setting "
-            "give the knob's own flag",
+            f"a race needs at least 2 lanes (one --lane each), got {len(lanes)}; for one "
+            "setting give the knob's own flag",
             "lanes",
         )
-    lanes = deal_lanes(settings.merging, count)
-    lane_of = {w: n for n, lane in enumerate(lanes) for w in lane}
+    layout = deal_lanes(settings.merging, lanes)
+    lane_of = {w: n for n, lane in enumerate(layout) for w in lane}
     for pack in settings.packs:
         if len({lane_of.get(w) for w in pack}) > 1:
             raise ConfigError(
@@ -44,7 +45,7 @@ def check_race(settings: RunSettings, count: int) -> tuple[tuple[int, ...], ...]
                 "(--lane), which packs each lane apart",
                 "lanes",
             )
-    return lanes
+    return layout
 
 
 class RaceControl:
@@ -60,6 +61,9 @@ class RaceControl:
         """`settings`: the run's settings now; `in_force`: the knob values the workers run
         with (for a knob record damaged beyond its history)."""
         self.knobs, self.cfg, self.settings, self.in_force = knobs, cfg, settings, in_force
+        self.run_path = knobs.path.parent
+        # A record whose lanes name workers the run does not have is damage (lanes.py).
+        knobs.layout = lambda r: check_layout(r.lanes, r.solo_lanes, self.settings().workers)
 
     def record(self) -> KnobRecord:
         """The knob record in force: the lanes (none outside a race) and their values."""
@@ -69,22 +73,42 @@ class RaceControl:
         version, values = self.in_force()
         return KnobRecord(version=version, values=dict(values))
 
-    def start(self, lane_changes: list[dict]) -> int:
-        """Split the merging workers into len(lane_changes) lanes, lane n running with the
-        values in force changed by lane_changes[n]; each lane starts from the weights the run
-        merged last. Returns the knob version (ConfigError: nothing changed)."""
+    def start(self, lanes: Sequence[Lane]) -> int:
+        """Split the merging workers into `lanes`, each running with the values in force
+        changed by its own; each lane starts from the weights the run merged last. Returns the
+        knob version (ConfigError: nothing changed)."""
         if self.record().lanes:
             raise ConfigError("a race is on: promote a lane to end it first", "lanes")
-        lanes = check_race(self.settings(), len(lane_changes))
-        return self.knobs.start_race(self.cfg, lanes, tuple(lane_changes), self.in_force)
+        layout = check_race(self.settings(), lanes)
+        return self.knobs.start_race(self.cfg, layout, lanes, self.in_force)
 
-    def promote(self, lane: int) -> int:
-        """End the race: lane `lane`'s values for every worker, one merge pool again."""
-        return self.knobs.promote(self.cfg, lane, self.in_force)
+    def promote(self, lane: int, weights: bool = True) -> int:
+        """End the race: lane `lane`'s values for every worker, one merge pool again, and
+        (`weights`) its weights for every worker: its merged ones, or for a lane that never
+        merged its first worker's (each publishes its own every merge round). Without
+        `weights` the next merge averages every worker's. Returns the version."""
+        record = self.record()
+        if not 0 <= lane < len(record.lanes):
+            raise ConfigError(
+                f"there is no lane {lane} to promote (lanes: {len(record.lanes)})", "lanes"
+            )
+        from_worker = None
+        if weights:
+            if not record.merges(lane):
+                from_worker = record.lanes[lane][0]
+            if pool_weights(self.run_path, lane, record.pool, from_worker) is None:
+                every = record.lane_values[lane]["merge_every"]
+                raise ConfigError(
+                    f"lane {lane} has no weights of this race yet (the first come at its first "
+                    f"merge round, {every} agent steps into the race): promote its values only, "
+                    "or wait",
+                    "lanes",
+                )
+        return self.knobs.promote(self.cfg, lane, self.in_force, weights, from_worker)
 
-    def join(self, worker: int, lane: int | None) -> int | None:
-        """Put a new worker in lane `lane` (None: the lane with the fewest workers); returns the
-        lane, or None when there is no race."""
+    def lane_for_new(self, lane: int | None) -> int | None:
+        """The lane a new worker would join: `lane`, or (None) the merging lane with the fewest
+        workers; None when there is no race. ConfigError when it cannot join that lane."""
         record = self.record()
         if not record.lanes:
             if lane is not None:
@@ -94,27 +118,45 @@ class RaceControl:
             lane = self.smallest_lane(record)
         if not 0 <= lane < len(record.lanes):
             raise ConfigError(f"there is no lane {lane} (lanes: {len(record.lanes)})", "lanes")
+        if not record.merges(lane):
+            raise ConfigError(
+                f"lane {lane} never merges: a worker added to it would have no weights to start "
+                "from; add it to a lane that merges",
+                "lanes",
+            )
+        return lane
+
+    def join(self, worker: int, lane: int) -> None:
+        """Put a new worker (already in the run's settings) in lane `lane` (lane_for_new's)."""
+        record = self.record()
         lanes = [tuple(x) for x in record.lanes]
         lanes[lane] = (*lanes[lane], worker)
         self.knobs.move_workers(self.cfg, tuple(lanes), self.in_force)
-        return lane
 
     @staticmethod
     def smallest_lane(record: KnobRecord) -> int:
-        return min(range(len(record.lanes)), key=lambda n: len(record.lanes[n]))
+        """The merging lane with the fewest workers (where a new worker goes)."""
+        merging = [n for n in range(len(record.lanes)) if record.merges(n)]
+        if not merging:
+            raise ConfigError("no lane of this race merges: a new worker has no weights", "lanes")
+        return min(merging, key=lambda n: len(record.lanes[n]))
 
-    def leave(self, worker: int) -> None:
-        """Take a worker out of its lane (refused when it is the lane's last)."""
+    def check_leave(self, worker: int) -> None:
+        """ConfigError when a worker cannot leave its lane (the lane's last)."""
         record = self.record()
         lane = record.lane_of(worker)
-        if lane is None:
-            return
-        if len(record.lanes[lane]) == 1:
+        if lane is not None and len(record.lanes[lane]) == 1:
             raise ConfigError(
                 f"worker {worker} is lane {lane}'s last worker: promote a lane first, or "
                 "stop the run",
                 "lanes",
             )
+
+    def leave(self, worker: int) -> None:
+        """Take a worker (already removed in the run's settings) out of its lane."""
+        record = self.record()
+        if record.lane_of(worker) is None:
+            return
         lanes = tuple(tuple(w for w in x if w != worker) for x in record.lanes)
         self.knobs.move_workers(self.cfg, lanes, self.in_force)
 

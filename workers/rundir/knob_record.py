@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
 from agent.knobs import KnobValues, knobs
 from workers.rundir.directory import DirLock, atomic_write_json
+from workers.rundir.lanes import Lane, Layout
 from workers.rundir.lines import parse_lines
 from workers.rundir.records import KnobChange, KnobRecord
 
@@ -38,10 +39,18 @@ def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
     return KnobValues({**knobs_of(with_knobs(cfg, **values)), **worker})
 
 
-def validate_record(cfg: Config, record: KnobRecord) -> KnobRecord:
-    """The record with its values and every lane's validated (ConfigError if any is not)."""
+def validate_record(
+    cfg: Config, record: KnobRecord, layout: Callable[[KnobRecord], None] | None = None
+) -> KnobRecord:
+    """The record with its values and every lane's validated (ConfigError if any is not);
+    `layout` checks that its lanes fit the run (lanes.py check_layout, with the run's
+    workers)."""
     if len(record.lane_values) != len(record.lanes):
         raise ConfigError("the knob record's lanes and their values do not match", "lanes")
+    if any(not 0 <= n < len(record.lanes) for n in record.solo_lanes):
+        raise ConfigError("the knob record keeps a lane from merging that it does not have")
+    if layout is not None:
+        layout(record)
     return dataclasses.replace(
         record,
         values=dict(validate_knobs(cfg, record.values)),
@@ -59,35 +68,33 @@ class KnobStore:
         self.lock = DirLock(str(self.path) + ".lock", timeout=10)
         self._seen: tuple[int, int] | None = None
         self.history_skipped = 0  # damaged lines history_values passed over, the last time
+        # Checks a record's lanes against the run's workers (the run sets it: lanes.py)
+        self.layout: Callable[[KnobRecord], None] | None = None
 
     def initialise(
         self,
         cfg: Config,
         merge_every: int,
-        lanes: tuple[tuple[int, ...], ...] = (),
-        lane_changes: tuple[dict, ...] = (),
+        layout: Layout = (),
+        lanes: Sequence[Lane] = (),
     ) -> None:
-        """The first version: the run's values, and a race's lanes from the start (each
-        lane's values are the run's with its `lane_changes`)."""
+        """The first version: the run's values, and a race's lanes from the start (lane n's
+        workers layout[n], its values the run's with lanes[n]'s changes)."""
         if self.path.exists():
             return
-        record = self.new_race(cfg, run_knobs(cfg, merge_every), lanes, lane_changes, 0)
+        record = self.new_race(cfg, run_knobs(cfg, merge_every), layout, lanes, 0)
         with self.lock:
-            self._write(record, record.values, event="race" if lanes else "")
+            self._write(record, record.values, event="race" if layout else "")
 
     @staticmethod
     def new_race(
-        cfg: Config,
-        values: dict,
-        lanes: tuple[tuple[int, ...], ...],
-        lane_changes: tuple[dict, ...],
-        version: int,
+        cfg: Config, values: dict, layout: Layout, lanes: Sequence[Lane], version: int
     ) -> KnobRecord:
-        """A validated record of version `version` whose lanes run with `values` changed by
-        their own `lane_changes` (ConfigError naming the lane for a refused value)."""
+        """A validated record of version `version` whose lanes (workers `layout`) run with
+        `values` changed by their own (ConfigError naming the lane for a refused value)."""
         values = dict(validate_knobs(cfg, values))
         lane_values = []
-        for n, changes in enumerate(lane_changes or [{}] * len(lanes)):
+        for n, changes in enumerate([lane.changes for lane in lanes] or [{}] * len(layout)):
             unknown = sorted(set(changes) - set(values))
             if unknown:
                 raise ConfigError(f"lane {n}: unknown knob(s): {', '.join(unknown)}", unknown[0])
@@ -98,9 +105,10 @@ class KnobStore:
         return KnobRecord(
             version=version,
             values=values,
-            lanes=tuple(tuple(lane) for lane in lanes),
+            lanes=tuple(tuple(workers) for workers in layout),
             lane_values=tuple(lane_values),
             pool=version,
+            solo_lanes=tuple(n for n, lane in enumerate(lanes) if not lane.merges),
         )
 
     def _write(
@@ -115,6 +123,9 @@ class KnobStore:
             lanes=record.lanes,
             lane_values=record.lane_values,
             pool=record.pool,
+            solo_lanes=record.solo_lanes,
+            promoted_lane=record.promoted_lane,
+            promoted_worker=record.promoted_worker,
         )
         with open(self.history, "a") as f:
             f.write(json.dumps(change.to_json()) + "\n")
@@ -142,7 +153,9 @@ class KnobStore:
         changes, self.history_skipped = parse_lines(data, KnobChange)
         values = {}
         for change in changes:
-            if change.lane is None:
+            # A change for every worker, or a promotion: the winning lane's values became
+            # the run's (a change of one lane's values leaves the run's as they are).
+            if change.lane is None or change.event == "promote":
                 values.update(change.changes)
         if not changes:
             return None
@@ -153,6 +166,9 @@ class KnobStore:
             lanes=last.lanes,
             lane_values=last.lane_values,
             pool=last.pool,
+            solo_lanes=last.solo_lanes,
+            promoted_lane=last.promoted_lane,
+            promoted_worker=last.promoted_worker,
         )
 
     def history_values(self) -> tuple[int, dict] | None:
@@ -160,13 +176,14 @@ class KnobStore:
         return (record.version, record.values) if record is not None else None
 
     def last_good_record(self, cfg: Config) -> KnobRecord | None:
-        """The newest valid record: knobs.json if it reads and validates, else the newest
-        version of the history (the run's own values, never a code default), else None."""
+        """The newest valid record: knobs.json if it reads and validates (its lanes fitting the
+        run, when `layout` is set), else the newest version of the history (the run's own
+        values, never a code default), else None."""
         for source in (self.read_record, self.history_record):
             try:
                 found = source()
                 if found is not None:
-                    return validate_record(cfg, found)
+                    return validate_record(cfg, found, self.layout)
             except ConfigError:
                 continue
         return None
@@ -226,23 +243,30 @@ class KnobStore:
     def start_race(
         self,
         cfg: Config,
-        lanes: tuple[tuple[int, ...], ...],
-        lane_changes: tuple[dict, ...],
+        layout: Layout,
+        lanes: Sequence[Lane],
         in_force: Callable[[], tuple[int, dict]] | None = None,
     ) -> int:
-        """Split the workers into `lanes`, each with the values in force changed by its own
-        `lane_changes`: new merge pools (the version is their pool). Returns the version."""
+        """Split the workers as `layout` says, each lane with the values in force changed by its
+        own: new merge pools (the version is their pool). Returns the version."""
         with self.lock:
             now = self._current(cfg, in_force)
-            new = self.new_race(cfg, now.values, lanes, lane_changes, now.version + 1)
+            new = self.new_race(cfg, now.values, layout, lanes, now.version + 1)
             self._write(new, {}, event="race")
             return new.version
 
     def promote(
-        self, cfg: Config, lane: int, in_force: Callable[[], tuple[int, dict]] | None = None
+        self,
+        cfg: Config,
+        lane: int,
+        in_force: Callable[[], tuple[int, dict]] | None = None,
+        weights: bool = True,
+        from_worker: int | None = None,
     ) -> int:
         """End the race: lane `lane`'s values become every worker's, and the lanes one merge
-        pool again. Returns the version."""
+        pool again. `weights`: every worker also takes the lane's merged weights (or, for
+        a lane that never merged, `from_worker`'s own); else the next merge averages them all.
+        Returns the version."""
         with self.lock:
             now = self._current(cfg, in_force)
             if not 0 <= lane < len(now.lanes):
@@ -251,14 +275,20 @@ class KnobStore:
                 )
             values = now.lane_values[lane]
             changes = {k: v for k, v in values.items() if now.values.get(k) != v}
-            new = KnobRecord(version=now.version + 1, values=values, pool=now.version + 1)
+            new = KnobRecord(
+                version=now.version + 1,
+                values=values,
+                pool=now.version + 1,
+                promoted_lane=lane if weights else None,
+                promoted_worker=from_worker if weights else None,
+            )
             self._write(new, changes, lane, event="promote")
             return new.version
 
     def move_workers(
         self,
         cfg: Config,
-        lanes: tuple[tuple[int, ...], ...],
+        lanes: Layout,
         in_force: Callable[[], tuple[int, dict]] | None = None,
     ) -> int:
         """The same lanes and pools with other workers (one added to a lane, one removed)."""

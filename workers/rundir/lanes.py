@@ -1,78 +1,146 @@
-"""A race's lanes: which merging workers race together, dealt and checked. Their values and
-merge pools live in the knob record (knob_record.py), their merge files under merge/lane-L/
-(paths.py)."""
+"""A race's lanes as a person asks for them (knob values, a size, merging on or off), dealt to
+the run's workers and checked. Their values and merge pools live in the knob record
+(knob_record.py), their merge files under merge/lane-L/ (paths.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from agent.errors import ConfigError
 from agent.knobs import knobs
 
-
-def deal_lanes(workers: list[int], count: int) -> tuple[tuple[int, ...], ...]:
-    """`workers` dealt in order into `count` lanes as even as can be (the first lanes one more
-    when they do not divide), so that a pack of neighbours stays in one lane."""
-    if count < 1:
-        raise ConfigError(f"a race needs at least one lane, got {count}", "lanes")
-    if count > len(workers):
-        raise ConfigError(
-            f"{count} lanes need at least {count} merging workers, the run has {len(workers)}",
-            "lanes",
-        )
-    size, extra = divmod(len(workers), count)
-    lanes, at = [], 0
-    for n in range(count):
-        take = size + (n < extra)
-        lanes.append(tuple(workers[at : at + take]))
-        at += take
-    return tuple(lanes)
+Layout = tuple[tuple[int, ...], ...]  # the workers of each lane
 
 
-def check_lanes(lanes: tuple[tuple[int, ...], ...], merging: list[int]) -> None:
-    """ConfigError unless every lane has a worker and each worker (a merging one) is in at
-    most one lane."""
-    seen: set[int] = set()
-    for n, lane in enumerate(lanes):
-        if not lane:
-            raise ConfigError(f"lane {n} has no worker: each lane needs at least one", "lanes")
-        for worker in lane:
-            if worker in seen:
-                raise ConfigError(f"worker {worker} is in two lanes", "lanes")
-            if worker not in merging:
-                raise ConfigError(
-                    f"worker {worker} cannot race: it is not a merging worker of the run "
-                    f"(those: {merging})",
-                    "lanes",
-                )
-            seen.add(worker)
+@dataclass(frozen=True)
+class Lane:
+    """One lane: its knob changes (the others are the run's), its size (None: a share of the
+    workers no lane sized) and whether its workers merge (merge=off: each trains alone, the
+    control of a merging experiment)."""
+
+    changes: dict[str, int | float] = field(default_factory=dict)
+    size: int | None = None
+    merges: bool = True
 
 
-def parse_lane(text: str) -> dict[str, int | float]:
-    """A lane's knob changes from "KEY=VALUE[,KEY=VALUE...]" (the command line's --lane, the
-    window's race dialog); an empty text is a lane with the run's values. ConfigError names
-    the part that is wrong: an unknown knob, a value that is not a number or out of range."""
+CONTROL = Lane(size=1, merges=False)  # --control-worker: one worker that never merges
+
+
+def parse_lane(text: str) -> Lane:
+    """A lane from "KEY=VALUE[,KEY=VALUE...]" (the command line's --lane, the window's
+    dialogs): live knobs, `workers=N` (its size) and `merge=off`; an empty text is a lane with
+    the run's values. ConfigError names the part that is wrong."""
     changes: dict[str, int | float] = {}
+    size, merges, seen = None, True, set()
     table = knobs()
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         key, sep, value = part.partition("=")
-        key = key.strip().replace("-", "_")
+        key, value = key.strip().replace("-", "_"), value.strip()
         if not sep or not key:
             raise ConfigError(f"{part!r} is not KEY=VALUE (e.g. iterations=2)", "lanes")
+        if key in seen:
+            raise ConfigError(f"{key} is given twice in one lane", key)
+        seen.add(key)
+        if key == "merge":
+            if value not in ("on", "off"):
+                raise ConfigError(f"merge must be on or off, got {value!r}", "lanes")
+            merges = value == "on"
+            continue
+        if key == "workers":
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"workers must be a whole number of at least 1, got {value!r}")
+            size = int(value)
+            continue
         if key not in table:
-            raise ConfigError(f"{key!r} is not a live knob (knobs: {', '.join(table)})", key)
+            raise ConfigError(
+                f"{key!r} is not a live knob, workers=N or merge=off (knobs: {', '.join(table)})",
+                key,
+            )
         try:
             number = float(value)
         except ValueError:
-            raise ConfigError(f"{key} must be a number, got {value.strip()!r}", key) from None
-        if key in changes:
-            raise ConfigError(f"{key} is given twice in one lane", key)
+            raise ConfigError(f"{key} must be a number, got {value!r}", key) from None
         changes[key] = table[key].check(int(number) if number.is_integer() else number)
-    return changes
+    return Lane(changes, size, merges)
 
 
-def describe_lane(changes: dict[str, int | float]) -> str:
-    """The inverse of parse_lane: "iterations=2,horizon=3" ("" for the run's values)."""
-    return ",".join(
-        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changes.items()
-    )
+def describe_lane(lane: Lane) -> str:
+    """The inverse of parse_lane: "workers=4,iterations=2" ("" for the run's values)."""
+    parts = [] if lane.size is None else [f"workers={lane.size}"]
+    parts += [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in lane.changes.items()]
+    parts += [] if lane.merges else ["merge=off"]
+    return ",".join(parts)
+
+
+def workers_for(lanes: Sequence[Lane]) -> int | None:
+    """The workers a race of `lanes` needs when every lane gives its size (None: not all do)."""
+    sizes = [lane.size for lane in lanes]
+    return None if None in sizes else sum(sizes)
+
+
+def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane]) -> Layout:
+    """`workers` dealt in order into `lanes`: each sized lane its size, the others an even
+    share of the rest (the first of them one more when it does not divide), so that a pack of
+    neighbours stays in one lane. ConfigError when the sizes do not fit the workers."""
+    if not lanes:
+        raise ConfigError("a race needs at least one lane, got none", "lanes")
+    sized = sum(lane.size for lane in lanes if lane.size is not None)
+    shares = sum(lane.size is None for lane in lanes)
+    left = len(workers) - sized
+    if left < 0 or (shares == 0 and left > 0):
+        raise ConfigError(
+            f"the lanes' sizes add up to {sized} workers and the run has {len(workers)}: "
+            "they must add up (leave a lane's workers= out to give it the rest)",
+            "lanes",
+        )
+    if left < shares:
+        raise ConfigError(
+            f"{len(lanes)} lanes need at least {sized + shares} workers "
+            f"({sized} in sized lanes, one or more in each of the {shares} others), the run "
+            f"has {len(workers)}",
+            "lanes",
+        )
+    share, extra = divmod(left, shares) if shares else (0, 0)
+    layout, at = [], 0
+    for lane in lanes:
+        take = lane.size
+        if take is None:
+            take, extra = share + (extra > 0), extra - 1
+        layout.append(tuple(workers[at : at + take]))
+        at += take
+    return tuple(layout)
+
+
+def check_layout(
+    lanes: Layout, solo_lanes: Sequence[int], workers: int, active: Sequence[int] = ()
+) -> None:
+    """ConfigError unless the lanes fit a run of `workers` workers: every lane has a worker,
+    every worker named exists and is in one lane only, each of `active` (the run's merging
+    workers now) is in a lane, and the lanes that never merge are lanes. A knob record that
+    fails this (a hand edit, damage) is refused by every worker. (The run leaves `active`
+    out: it adds a worker to run.json before the lane that takes it, so that no worker ever
+    reads a lane naming a worker the run does not have.)"""
+    if not lanes:
+        return
+    seen: set[int] = set()
+    for n, lane in enumerate(lanes):
+        if not lane:
+            raise ConfigError(f"lane {n} has no worker: each lane needs at least one", "lanes")
+        for worker in lane:
+            if not 0 <= worker < workers:
+                raise ConfigError(
+                    f"lane {n} names worker {worker}, and the run has workers 0-{workers - 1}",
+                    "lanes",
+                )
+            if worker in seen:
+                raise ConfigError(f"worker {worker} is in two lanes", "lanes")
+            seen.add(worker)
+    outside = [w for w in active if w not in seen]
+    if outside:
+        raise ConfigError(f"worker {outside[0]} of the run is in no lane", "lanes")
+    wrong = [n for n in solo_lanes if not 0 <= n < len(lanes)]
+    if wrong:
+        raise ConfigError(f"there is no lane {wrong[0]} to keep from merging", "lanes")

@@ -270,8 +270,8 @@ class Request(Line):
 @dataclass(frozen=True, kw_only=True)
 class KnobRecord(Line):
     """knobs.json: the knob values to run with, and their version. In a race (lanes not
-    empty) lane L's workers run with lane_values[L]; a worker in no lane (the control worker,
-    every worker outside a race) with `values`."""
+    empty) lane L's workers run with lane_values[L]; a worker in no lane (every worker outside
+    a race) with `values`."""
 
     version: int
     values: dict[str, int | float]
@@ -280,6 +280,11 @@ class KnobRecord(Line):
     # The version that formed today's merge pools (a race's start, a promotion): each pool's
     # merge files carry it, so that a new pool never averages an old pool's weights.
     pool: int = 0
+    solo_lanes: tuple[int, ...] = ()  # lanes whose workers never merge (merge=off)
+    # A promotion with weights: every worker entering this pool takes lane `promoted_lane`'s
+    # merged weights, or (a lane that never merged) its worker `promoted_worker`'s own.
+    promoted_lane: int | None = None
+    promoted_worker: int | None = None
 
     def lane_of(self, worker: int) -> int | None:
         """The lane `worker` races in, or None."""
@@ -288,6 +293,10 @@ class KnobRecord(Line):
     def values_for(self, worker: int) -> dict[str, int | float]:
         lane = self.lane_of(worker)
         return self.values if lane is None else self.lane_values[lane]
+
+    def merges(self, lane: int | None) -> bool:
+        """Whether the workers of lane `lane` (None: outside a race) merge."""
+        return lane not in self.solo_lanes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,10 +310,15 @@ class KnobChange(Line):
     changes: dict[str, int | float]
     time: float = field(default_factory=now_s)
     lane: int | None = None  # the lane it changed (None: every lane, and the run's values)
-    event: str = ""  # "race" (lanes formed), "promote" (lane `lane` won), "lanes" (workers moved)
+    # "race" (lanes formed), "promote" (lane `lane` won: `changes` are its values that
+    # differ from the run's), "lanes" (workers moved)
+    event: str = ""
     lanes: tuple[tuple[int, ...], ...] = ()
     lane_values: tuple[dict[str, int | float], ...] = ()
     pool: int = 0
+    solo_lanes: tuple[int, ...] = ()
+    promoted_lane: int | None = None
+    promoted_worker: int | None = None
 
 
 # The reader --------------------------------------------------------------------------------

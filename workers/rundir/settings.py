@@ -27,6 +27,8 @@ class RunSettings:
 
     workers: int = 2
     merge_every: int = 2500
+    # A worker outside every merge, as runs made before lanes had sizes recorded it; a new
+    # run's control worker is a lane of its own that never merges (lanes.py CONTROL).
     control_worker: bool = False
     checkpoint_every: int = 10_000
     merge_timeout_s: float = 30.0

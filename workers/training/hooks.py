@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
-from agent.errors import ConfigError
+from agent.errors import ConfigError, UserError
 from workers.rundir.directory import save_checkpoint, state_bytes
 from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_record
+from workers.rundir.lanes import check_layout
 from workers.rundir.paths import checkpoint_path
 from workers.rundir.rank_records import forward_records
 from workers.rundir.records import (
@@ -30,6 +32,7 @@ from workers.rundir.records import (
     Resume,
     Seeding,
 )
+from workers.rundir.settings import read_record
 from workers.training.disk_guard import DiskGuard
 from workers.training.first_weights import StartState
 from workers.training.loop_hooks import StopTraining
@@ -146,7 +149,7 @@ class WorkerHooks:
         version, mine = record.version, record.values_for(self.spec.index)
         try:
             # Validated when written; a damaged or hand-edited record is refused, reported.
-            record = validate_record(self.trainer.agent.cfg, record)
+            record = validate_record(self.trainer.agent.cfg, record, self._fits_run)
         except ConfigError as err:
             knob = err.field if err.field in mine else None
             self._refused(version, str(err), knob, mine.get(knob))
@@ -166,6 +169,18 @@ class WorkerHooks:
             KnobsApplied(step=self.trainer.step, version=version, values=dict(values), lane=lane)
         )
         self.set(knob_version=version)
+
+    def _fits_run(self, record: KnobRecord) -> None:
+        """ConfigError unless the record's lanes fit the run's workers as run.json has them
+        now (every merging worker in one lane, no worker it does not have): a record written
+        by hand or damaged must not mix lanes' merge pools."""
+        if not record.lanes:
+            return
+        try:
+            settings = read_record(Path(self.spec.run_path))[1]
+        except UserError:
+            return  # run.json damaged: the run reports it; the lanes cannot be checked
+        check_layout(record.lanes, record.solo_lanes, settings.workers, settings.merging)
 
     def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
         """Record a knob record this worker does not apply: the values in force stay."""

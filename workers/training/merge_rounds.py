@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch.distributed as dist
 
 from workers.merging.collective import DistributedMergeBackend
-from workers.merging.files import FileMergeBackend, MergeCancelled
+from workers.merging.files import FileMergeBackend, MergeCancelled, pool_weights
 from workers.rundir.directory import load_state
-from workers.rundir.paths import merged_path
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
 from workers.training.first_weights import StartState
 from workers.training.loop_hooks import StopTraining
@@ -53,6 +53,9 @@ class MergeRounds:
         # The merge pool (the knob version that formed it, the lane) and the agent step at
         # which these workers entered it: merge rounds are counted from there.
         self.pool, self.lane, self.pool_base = start.pool, start.lane, start.pool_base
+        # Whether the lane these workers are in never merges (merge=off): each round they only
+        # publish their own weights (the showcase's, a promotion's), and average nothing.
+        self.solo = False
         # A rank of a torchrun job merges with the other ranks in a collective; the file
         # backend then only publishes the merged weights (rank 0: for the showcase).
         self.collective = (
@@ -65,29 +68,36 @@ class MergeRounds:
     def follow(self, record: KnobRecord) -> bool:
         """Follow the knob record's layout; True when these workers entered a new pool (a race's
         start, a promotion) at this step. A race's lanes all start from the weights the run
-        merged last. (A torchrun job does not race: its ranks keep their one pool.)"""
+        merged last; after a promotion with weights every worker takes the winner's. (A
+        torchrun job does not race: its ranks keep their one pool.)"""
         spec = self.specs[0]
         if spec.distributed:
             return False
         lane = record.lane_of(spec.index)
+        self.solo = not record.merges(lane)
         # A lane's workers are the record's; the run's pool follows merge/members.json.
         workers = record.lanes[lane] if lane is not None else spec.merge_with
         if (record.pool, lane) == (self.pool, self.lane):
             if lane is not None:  # workers added to the lane, or taken out
                 self.backend.lane_workers = set(workers)
             return False
-        if record.lanes and record.pool > self.pool:
-            self._take_merged(self.lane)
+        if record.pool > self.pool:
+            # Files of the pool being left only: an older race's stay in the same folders.
+            if record.lanes:
+                self._take(pool_weights(spec.run_path, self.lane, self.pool))
+            elif record.promoted_lane is not None:
+                promoted = record.promoted_lane, self.pool, record.promoted_worker
+                self._take(pool_weights(spec.run_path, *promoted))
         self.pool, self.lane, self.pool_base = record.pool, lane, self.trainer.step
         self.backend = FileMergeBackend(
             spec.run_path, list(workers), spec.merge_timeout_s, self.stopping, lane, record.pool
         )
         return True
 
-    def _take_merged(self, lane: int | None) -> None:
-        """The merged weights of the pool these workers leave (if it merged yet)."""
-        path = merged_path(self.specs[0].run_path, lane)
-        if not path.exists():
+    def _take(self, path: Path | None) -> None:
+        """Weights for every worker of this process that merges: the merged ones of the pool
+        they leave, or a promoted lane's (None: there are none)."""
+        if path is None:
             return
         agent = self.trainer.agent
         weights = load_state(path, agent.device)["model"]
@@ -112,6 +122,11 @@ class MergeRounds:
         file backend. A worker with non-finite weights is left out and reset from the mean."""
         t, agent = self.trainer, self.trainer.agent
         own = [self.specs[k].index for k in self.merging]
+        if self.solo:
+            for k, index in zip(self.merging, own):
+                state = {n: v.detach().cpu() for n, v in agent.model_state(k).items()}
+                self._guarded(lambda i=index, s=state: self.backend.publish(i, round_, s, t.step))
+            return
         index_of = dict(zip(self.merging, own))
         others = [w for w in self.backend.members() if w not in own]
         self.set(state=STATES.index("merging"))

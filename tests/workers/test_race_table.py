@@ -1,0 +1,216 @@
+"""The race table on synthetic records: the ranking whatever the reward's sign, lanes of
+different sizes, a pause, a lane without an episode yet, a lead within the noise, and the merge
+gain's arithmetic. No processes: records as the workers write them, fed to the tracker."""
+
+import numpy as np
+import pytest
+
+from workers.run.race_table import Gain, RaceTracker, race_text
+from workers.rundir.records import Episode, Eval, KnobRecord, KnobsApplied, Pause, Resume
+
+T0 = 1000.0  # when the race began (wall clock)
+
+
+def _record(lanes, solo=(), values=None):
+    values = values or [{"iterations": 2} for _ in lanes]
+    return KnobRecord(
+        version=1,
+        values={"iterations": 2},
+        lanes=lanes,
+        lane_values=tuple(values),
+        pool=1,
+        solo_lanes=solo,
+    )
+
+
+def _tracker(record, published=None):
+    tracker = RaceTracker(published_final=published)
+    tracker.ingest(
+        KnobsApplied(step=0, time=T0, version=1, values={}, lane=n, worker=w)
+        for n, lane in enumerate(record.lanes)
+        for w in lane
+    )
+    return tracker
+
+
+def _episodes(worker, times, returns, steps=None):
+    steps = steps if steps is not None else [100 * (i + 1) for i in range(len(times))]
+    return [
+        Episode(step=s, time=T0 + t, ret=float(r), length=100, worker=worker)
+        for t, r, s in zip(times, returns, steps)
+    ]
+
+
+def _progress(record, step=1000.0, rate=2.0):
+    return [{"worker": w, "step": step, "steps_per_s": rate} for lane in record.lanes for w in lane]
+
+
+def _learning(start, end, n, noise, seed, t_first=10.0, every=10.0):
+    """n returns climbing from `start` to `end` with Gaussian noise, an episode every `every`
+    seconds from `t_first`."""
+    rng = np.random.default_rng(seed)
+    times = t_first + every * np.arange(n)
+    returns = np.linspace(start, end, n) + noise * rng.standard_normal(n)
+    return times, returns
+
+
+def test_negative_returns_rank_the_lane_that_learned_sooner_first():
+    """Pendulum-like returns (-1200 up to -200). The lane that learns fast ranks first and is
+    called the leader; counting a lane as 0 before its first episode (as the area of raw
+    returns did) would have put the slow lane, whose episodes began later, ahead."""
+    record = _record(((0,), (1,)))
+    tracker = _tracker(record)
+    fast = _learning(-1200, -200, 30, 20, seed=1)
+    slow = _learning(-1200, -900, 25, 20, seed=2, t_first=60)
+    tracker.ingest(_episodes(0, *fast) + _episodes(1, *slow))
+    table = tracker.table(record, _progress(record), now=T0 + 310)
+    first, second = table.rows
+    assert (first.lane, second.lane) == (0, 1)
+    assert first.leader and table.verdict == "lane 0 leads"
+    assert table.start_level == pytest.approx(np.mean([fast[1][0], slow[1][0]]))
+    assert table.top_from == "best" and table.top == pytest.approx(max(v for *_, v in first.curve))
+    assert first.score > 0.3 and abs(second.score) < 0.2
+    # Thresholds are fractions of the way from the start to the top, whatever the sign.
+    span = table.top - table.start_level
+    assert table.thresholds == [round(table.start_level + f * span, 1) for f in (0.5, 0.75, 0.9)]
+    assert all(first.reached[level] is not None for level in table.thresholds)
+    assert all(second.reached[level] is None for level in table.thresholds)
+
+
+def test_the_published_final_return_is_the_top_and_a_lane_below_the_start_scores_below_zero():
+    record = _record(((0,), (1,)))
+    tracker = _tracker(record, published=1000.0)
+    tracker.ingest(_episodes(0, [10, 20, 30, 40], [200, 400, 600, 800]))
+    tracker.ingest(_episodes(1, [15, 25, 35, 45], [200, 150, 100, 50]))
+    table = tracker.table(record, _progress(record), now=T0 + 50)
+    assert table.top == 1000.0 and table.top_from == "published" and table.start_level == 200
+    assert table.thresholds == [600.0, 800.0, 920.0]
+    rows = {row.lane: row for row in table.rows}
+    assert rows[1].score < 0 < rows[0].score
+    # Lane 0: smoothed 200, 300, 400, 500 over the race's 50 s, normalised by 800 from 200.
+    expected = ((0 * 10 + 100 * 10 + 200 * 10 + 300 * 10) / 800) / 50
+    assert rows[0].score == pytest.approx(expected)
+    assert rows[0].reached[600.0] is None  # the smoothed return reached 500 only
+
+
+def test_a_lane_without_an_episode_is_at_the_start_level_and_nobody_leads_yet():
+    record = _record(((0,), (1,)))
+    tracker = _tracker(record)
+    tracker.ingest(_episodes(0, *_learning(10, 50, 8, 1, seed=3)))
+    table = tracker.table(record, _progress(record), now=T0 + 100)
+    rows = {row.lane: row for row in table.rows}
+    assert rows[1].score is None and rows[1].ret is None and rows[1].episodes == 0
+    assert table.rows[-1].lane == 1  # unranked lanes last
+    assert not any(row.leader for row in table.rows)
+    assert table.verdict.startswith("too early to call")
+    last = race_text(table).splitlines()[2].split()
+    assert last[0] == "1" and last[5:] == ["-"] * 6  # no return, eval, score or thresholds
+
+
+def test_a_lead_within_the_noise_is_too_close_to_call():
+    record = _record(((0,), (1,)))
+    tracker = _tracker(record)
+    same = _learning(0, 100, 40, 40, seed=4)
+    other = (same[0] + 3, _learning(0, 100, 40, 40, seed=5)[1])
+    tracker.ingest(_episodes(0, *same) + _episodes(1, *other))
+    table = tracker.table(record, _progress(record), now=T0 + 420)
+    first, second = table.rows
+    assert first.score != second.score and first.spread > 0 and second.spread > 0
+    assert first.score - second.score < np.hypot(first.spread, second.spread)
+    assert not first.leader and table.verdict.startswith("too close to call")
+
+
+def test_lanes_of_different_sizes_are_compared_per_worker_and_say_so():
+    record = _record(((0, 1, 2), (3, 4)))
+    tracker = _tracker(record)
+    for w in range(5):
+        tracker.ingest(_episodes(w, [10, 20, 30], [10 + w, 20 + w, 30 + w], [100, 200, 300]))
+    progress = [{"worker": w, "step": 100.0 * (w + 1), "steps_per_s": 1.0 + w} for w in range(5)]
+    table = tracker.table(record, progress, now=T0 + 40)
+    rows = {row.lane: row for row in table.rows}
+    assert table.note == "lanes differ in size (3/2 workers): every figure is per worker"
+    assert rows[0].steps == pytest.approx(200.0) and rows[1].steps == pytest.approx(450.0)
+    assert rows[0].steps_per_s == pytest.approx(2.0) and rows[1].steps_per_s == pytest.approx(4.5)
+    assert rows[0].ret == pytest.approx(np.mean([20 + w for w in (0, 1, 2)]))  # per worker
+    assert rows[0].episodes == 9 and rows[1].episodes == 6
+    assert _tracker(_record(((0,), (1,)))).table(_record(((0,), (1,))), [], T0 + 1).note == ""
+
+
+def test_a_pause_is_not_race_time():
+    record = _record(((0,), (1,)))
+    tracker = _tracker(record)
+    tracker.ingest(_episodes(0, [10, 20], [1, 2]) + _episodes(1, [10, 20], [1, 1]))
+    tracker.ingest(
+        [Pause(step=200, time=T0 + 30, worker=w) for w in (0, 1)]
+        + [Resume(step=200, time=T0 + 130, worker=w) for w in (0, 1)]
+    )
+    tracker.ingest(_episodes(0, [140], [3], [300]) + _episodes(1, [140], [1], [300]))
+    table = tracker.table(record, _progress(record), now=T0 + 150)
+    assert table.clock == pytest.approx(50.0)  # 150 s, less the 100 s paused
+    rows = {row.lane: row for row in table.rows}
+    # Lane 0 reached 2.0 (smoothed 2.0 at its third episode) after 40 s of training, not 140.
+    level = next(level for level in table.thresholds if level > 1.5)
+    assert rows[0].reached[level][0] == pytest.approx(40.0)
+    # One worker paused alone (the other trained on) is still race time.
+    tracker.ingest([Pause(step=300, time=T0 + 150, worker=0)])
+    assert tracker.table(record, _progress(record), now=T0 + 170).clock == pytest.approx(70.0)
+
+
+def test_the_merge_gain_is_the_control_lanes_steps_and_time_over_the_merging_lanes():
+    record = _record(((0, 1), (2,)), solo=(1,))
+    tracker = _tracker(record, published=100.0)
+    # From 0 to the top 100: thresholds 50, 75, 90 (the smoothed returns cross them).
+    for w in (0, 1):
+        tracker.ingest(_episodes(w, [10, 20, 30, 40], [0, 100, 100, 100], [0, 1000, 1100, 1200]))
+    tracker.ingest(_episodes(2, [10, 50, 60, 70], [0, 100, 100, 100], [0, 2100, 2200, 2300]))
+    tracker.ingest([Eval(step=1000, time=T0 + 45, ret=90.0, returns=(80.0, 100.0), worker=0)])
+    progress = [
+        {"worker": 0, "step": 1200.0, "steps_per_s": 3.0},
+        {"worker": 1, "step": 1200.0, "steps_per_s": 3.0},
+        {"worker": 2, "step": 2300.0, "steps_per_s": 3.0},
+    ]
+    table = tracker.table(record, progress, now=T0 + 80)
+    rows = {row.lane: row for row in table.rows}
+    assert table.control == 1 and not rows[1].merges and rows[1].gain == {}
+    # Smoothed: 0, 50 (at 20 s, 1000 steps), 66.7, 75 (at 40 s, 1200 steps) for lane 0.
+    assert rows[0].reached[50.0] == (20.0, 1000.0) and rows[0].reached[75.0] == (40.0, 1200.0)
+    assert rows[1].reached[50.0] == (50.0, 2100.0) and rows[1].reached[75.0] == (70.0, 2300.0)
+    assert rows[0].gain[50.0] == Gain(steps=2.1, time=2.5)
+    assert rows[0].gain[75.0] == Gain(steps=2300 / 1200, time=70 / 40)
+    assert rows[0].gain[90.0] is None  # not reached by the merging lane: not yet
+    assert rows[0].eval_ret == 90.0 and rows[0].eval_episodes == 2
+    text = race_text(table)
+    assert "merge gain of lane 0 over lane 1: to 50: 2.1x steps, 2.5x time" in text
+    assert "to 90: not yet" in text and "merge=off" in text
+
+
+def test_a_gain_while_the_control_lane_has_not_got_there_is_a_lower_bound():
+    record = _record(((0,), (1,)), solo=(1,))
+    tracker = _tracker(record, published=100.0)
+    tracker.ingest(_episodes(0, [10, 20], [100, 100], [500, 600]))
+    tracker.ingest(_episodes(1, [10, 20], [0, 0], [500, 600]))
+    progress = [
+        {"worker": 0, "step": 700.0, "steps_per_s": 1.0},
+        {"worker": 1, "step": 1500.0, "steps_per_s": 1.0},
+    ]
+    table = tracker.table(record, progress, now=T0 + 30)
+    lane0 = next(row for row in table.rows if row.lane == 0)
+    # The start level is the first episodes' mean (50): lane 0 is at the top from 10 s on.
+    assert lane0.gain[table.thresholds[0]] == Gain(steps=1500 / 500, time=30 / 10, at_least=True)
+    assert ">3.0x steps, >3.0x time" in race_text(table)
+
+
+def test_seeding_and_pretraining_are_shown_and_the_same_for_every_lane():
+    record = _record(((0,), (1,)))
+    tracker = _tracker(record)
+    tracker.seed_steps = 100
+    tracker.ingest(
+        _episodes(0, [10, 30], [1, 2], [50, 150]) + _episodes(1, [12, 25], [1, 3], [50, 150])
+    )
+    table = tracker.table(record, _progress(record), now=T0 + 40)
+    assert table.warmup == pytest.approx(30.0)  # the last worker's first record past step 100
+    assert "of which seeding and pretraining: 0:30, every lane" in race_text(table)
+    late = _tracker(record)
+    late.seed_steps = 100
+    late.ingest(_episodes(0, [10], [1], [50]) + _episodes(1, [12], [1], [150]))
+    assert late.table(record, _progress(record), now=T0 + 40).warmup is None  # 0 still seeds
