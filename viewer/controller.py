@@ -310,6 +310,7 @@ class Controller:
         version, requested = run.knob_values()  # damaged: the last good values
         merges, knob_marks, _ = model.marks(o.wall_axis)
         record = run.race.record()
+        merging = [n for n in range(len(record.lanes)) if record.merges(n)]  # lanes with a mean
         showcase = run.showcase_settings()
         race, returns = None, model.return_lines(o.wall_axis, o.smoothing)
         table = model.race.table(record, in_run, time.time()) if record.lanes else None
@@ -345,9 +346,8 @@ class Controller:
             cameras=self._cameras,
             sources=["merged"]
             + [model.worker_label(w) for w in range(run.settings.workers)]
-            + [f"lane {n} merged" for n in range(len(record.lanes))],
-            source_ids=[-1, *range(run.settings.workers)]
-            + [lane_source(n) for n in range(len(record.lanes))],
+            + [f"lane {n} merged" for n in merging],
+            source_ids=[-1, *range(run.settings.workers)] + [lane_source(n) for n in merging],
             source=showcase["source"],
             showcase_mode=showcase["mode"],
             race=race,

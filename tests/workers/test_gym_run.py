@@ -15,7 +15,17 @@ SLIDE = "helpers.slide_env:Slide-v0"
 
 
 def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_path):
-    cfg = tiny(300, task=SLIDE, action_repeat=1, episode_length=40, episodic=True, seed_steps=80)
+    # A short rail: an untrained policy falls off it in most episodes (on the default rail of
+    # 1, a run of 300 steps may see no fall at all).
+    cfg = tiny(
+        300,
+        task=SLIDE,
+        env_kwargs='{"rail": 0.3}',
+        action_repeat=1,
+        episode_length=40,
+        episodic=True,
+        seed_steps=80,
+    )
     run = Run.create(
         tmp_path / "run", cfg, RunSettings(workers=2, merge_every=100, merge_timeout_s=120)
     )
