@@ -5,7 +5,8 @@ gain's arithmetic. No processes: records as the workers write them, fed to the t
 import numpy as np
 import pytest
 
-from workers.run.race_table import Gain, RaceTracker, race_text
+from workers.run.race_table import Gain, RaceTracker
+from workers.run.race_text import race_text
 from workers.rundir.records import Episode, Eval, KnobRecord, KnobsApplied, Pause, Resume
 
 T0 = 1000.0  # when the race began (wall clock)

@@ -17,7 +17,7 @@ from viewer.controller import Controller
 from viewer.panels import TextStyles, data_table
 from viewer.view import View
 from workers.run.race import MAX_LANES
-from workers.run.race_table import (
+from workers.run.race_text import (
     lane_knobs,
     level_text,
     reached_text,

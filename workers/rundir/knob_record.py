@@ -5,6 +5,8 @@ record holds the lanes, so a worker learns its lane and its values from one atom
 The viewer or the command line writes a new version; each worker polls between agent steps
 (a stat() call when nothing changed) and applies the newest one. Out-of-range values are
 refused with a message naming the knob and its range, and the record stays as it was.
+Over 300 lines because every change of the record (a knob, a race, a promotion, a lane's
+workers) and its rebuilding from the history are written on one page, under one lock.
 """
 
 from __future__ import annotations
