@@ -354,3 +354,22 @@ def test_a_knob_record_whose_lanes_do_not_fit_the_run_is_refused_by_every_worker
     for worker, mates in ((0, {0, 1}), (1, {0, 1}), (2, {2, 3}), (3, {2, 3})):
         merges = events(run, Merge, worker)
         assert merges and all({*m.participants, *m.left_out} <= mates for m in merges)
+
+
+def test_a_killed_worker_of_a_lane_that_never_merges_restarts_from_its_own_weights(tmp_path):
+    """Its lane has no merged weights: it goes on from the weights it published at its last
+    round, at that round's step (not from scratch, not from another lane's)."""
+    settings = RunSettings(workers=2, merge_every=30, max_restarts=1)
+    lanes = [Lane(size=1), Lane(size=1, merges=False)]
+    run = Run.create(tmp_path / "run", tiny(100_000), settings, lanes=lanes)
+    run.monitor.restart_backoff_s = 0.1
+    run.start()
+    own = run.path / "merge" / "lane-1" / "worker-1.pt"
+    assert wait_until(lambda: own.exists() and run.progress()[1]["step"] >= 100, timeout=300)
+    os.kill(run._procs[1].process.pid, signal.SIGKILL)
+    assert wait_until(lambda: events(run, StartedFromMerged, 1), timeout=120)
+    run.stop()
+    started = events(run, StartedFromMerged, 1)[0]
+    published = torch.load(own, weights_only=True)["step"]
+    assert started.lane == 1 and started.step >= 90 and started.step <= published
+    assert not events(run, Merge, 1)

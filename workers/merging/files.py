@@ -134,10 +134,14 @@ def write_members(
     atomic_write_json(path, record)
 
 
-def merged_step(run_path: str | Path, lane: int | None = None) -> int:
-    """The agent step of the newest merged weights of a pool (-1: none, or unreadable)."""
+def merged_step(run_path: str | Path, lane: int | None = None, worker: int | None = None) -> int:
+    """The agent step of the newest merged weights of a pool, or (`worker`, in a lane that
+    never merges) of that worker's own published ones (-1: none, or unreadable)."""
+    path = merged_path(run_path, lane)
+    if worker is not None:
+        path = pool_dir(run_path, lane) / weights_name(worker)
     try:
-        return int(load_state(merged_path(run_path, lane)).get("step", 0))
+        return int(load_state(path).get("step", 0))
     except (WeightsError, ValueError, TypeError):
         return -1
 

@@ -261,9 +261,12 @@ class Run(BaseRun):
     def _join_step(self, index: int | None = None) -> int:
         """Where a worker starting from the merged weights begins counting agent steps: with the
         slowest running merging worker of its pool (worker `index`'s lane in a race), so that
-        its merge rounds line up with theirs."""
+        its merge rounds line up with theirs; in a lane that never merges, where its own
+        published weights were."""
         record = self.race.record()
         lane = record.lane_of(index) if index is not None else None
+        if lane is not None and not record.merges(lane):  # it trains alone: its own step
+            return max(0, merged_step(self.path, lane, index))
         pool = record.lanes[lane] if lane is not None else self.settings.merging
         running = [
             w["step"]

@@ -14,7 +14,14 @@ from pathlib import Path
 from agent.errors import ConfigError
 from workers.rundir.directory import load_checkpoint, load_state, previous_path
 from workers.rundir.knob_record import KnobStore
-from workers.rundir.paths import START, checkpoint_path, merged_path, start_path
+from workers.rundir.paths import (
+    START,
+    checkpoint_path,
+    merged_path,
+    pool_dir,
+    start_path,
+    weights_name,
+)
 from workers.rundir.records import Resumed, StartedFresh, StartedFromMerged, StartedFromWeights
 from workers.training.spec import WorkerSpec
 from workers.training.trainer import Trainer
@@ -56,6 +63,18 @@ def lane_now(spec: WorkerSpec) -> int | None:
         return None
 
 
+def pool_weights_path(spec: WorkerSpec, lane: int | None) -> Path:
+    """The weights a worker restarting in its pool starts from: the pool's merged ones, or in
+    a lane that never merges its own, which it publishes every merge round."""
+    try:
+        solo = not KnobStore(spec.run_path).read_record().merges(lane)
+    except ConfigError:
+        solo = False
+    if solo:
+        return pool_dir(spec.run_path, lane) / weights_name(spec.index)
+    return merged_path(spec.run_path, lane)
+
+
 def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState | None:
     """Worker k of the process resumes from its checkpoint, or starts from the merged weights
     of its pool (keeping the replay buffer of its checkpoint, if it has one), or from the
@@ -65,7 +84,8 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState
     ckpt = checkpoint_path(spec.run_path, spec.index)
     lane = lane_now(spec)
     has_checkpoint = ckpt.exists() or previous_path(ckpt).exists()
-    from_merged = spec.start_from_merged and merged_path(spec.run_path, lane).exists()
+    pool_weights = pool_weights_path(spec, lane)
+    from_merged = spec.start_from_merged and pool_weights.exists()
     if spec.resume and has_checkpoint and not from_merged:
         # The newest complete checkpoint: a damaged one falls back to the previous. Loaded
         # on the CPU: random generators take their states only from there (mapped to a GPU,
@@ -86,7 +106,7 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState
             state = load_checkpoint(ckpt)[0]
             trainer.load_state_dict(state, worker=k)
             start = _checkpoint_state(state, joined=True)
-        _load_networks(trainer, k, merged_path(spec.run_path, lane))
+        _load_networks(trainer, k, pool_weights)
         trainer.start_at(_join_step(spec, join))
         kept = len(trainer.members[k].buffer)
         run.log(StartedFromMerged(step=trainer.step, lane=lane, buffer=kept))
