@@ -18,10 +18,9 @@ from viewer.panels import TextStyles, data_table
 from viewer.view import View
 from workers.run.race import MAX_LANES
 from workers.run.race_text import (
-    lane_knobs,
     level_text,
     reached_text,
-    score_text,
+    row_cells,
     summary_lines,
 )
 from workers.rundir.lanes import parse_lane
@@ -181,17 +180,7 @@ class RacePanel:
                 f"race_threshold_{n}", label="" if level is None else f"to {level_text(level)}"
             )
         for i, row in enumerate(table.rows):
-            cells = [
-                "leads" if row.leader else "",
-                str(row.lane),
-                lane_knobs(row),
-                str(len(row.workers)),
-                f"{row.steps:,.0f}",
-                f"{row.steps_per_s:.2f}",
-                "-" if row.ret is None else f"{row.ret:.1f}",
-                "-" if row.eval_ret is None else f"{row.eval_ret:.1f} ({row.eval_episodes})",
-                score_text(row),
-            ]
+            cells = ["leads" if row.leader else "", *row_cells(row)]
             cells += [
                 reached_text(row, table.thresholds[n], "") if n < len(table.thresholds) else ""
                 for n in range(THRESHOLDS)

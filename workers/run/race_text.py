@@ -19,23 +19,28 @@ def race_text(table: RaceTable) -> str:
     head += ["score", *(f"to {level_text(level)}" for level in levels), ""]
     lines = [head]
     for row in table.rows:
-        cells = [
-            str(row.lane),
-            lane_knobs(row),
-            str(len(row.workers)),
-            f"{row.steps:.0f}",
-            f"{row.steps_per_s:.2f}",
-            "-" if row.ret is None else f"{row.ret:.1f}",
-            "-" if row.eval_ret is None else f"{row.eval_ret:.1f} ({row.eval_episodes})",
-            score_text(row),
-        ]
-        cells += [reached_text(row, level) for level in levels]
+        cells = row_cells(row) + [reached_text(row, level) for level in levels]
         cells.append("leads" if row.leader else "")
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
     text += [f"  {line}" for line in summary_lines(table)]
     return "\n".join(text)
+
+
+def row_cells(row: LaneRow) -> list[str]:
+    """A row's cells up to its thresholds: lane, knobs, workers, steps and steps/s per worker,
+    return, evaluation (episodes), score."""
+    return [
+        str(row.lane),
+        lane_knobs(row),
+        str(len(row.workers)),
+        f"{row.steps:,.0f}",
+        f"{row.steps_per_s:.2f}",
+        "-" if row.ret is None else f"{row.ret:.1f}",
+        "-" if row.eval_ret is None else f"{row.eval_ret:.1f} ({row.eval_episodes})",
+        score_text(row),
+    ]
 
 
 def lane_knobs(row: LaneRow) -> str:
