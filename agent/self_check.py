@@ -74,6 +74,13 @@ class FastPath:
         """A compiled path's eager version (its reference for the random draws), else None."""
         return None if self.mode == "eager" else replace(self, mode="eager", threads=False)
 
+    @property
+    def label(self) -> str:
+        """A short name among a ladder's rungs: graphs, compile, eager bf16, eager float32."""
+        if self.split or self.mode != "eager":
+            return "one process per worker" if self.split else self.mode
+        return "eager bf16" if self.bf16 else "eager float32"
+
     def describe(self) -> str:
         if self.split:
             return "one process per worker"
@@ -233,13 +240,16 @@ class Trial:
     worst: float = 0.0
 
     def describe(self) -> str:
+        name = self.path.label
         if self.outcome == "agrees":
-            return f"{self.path.describe()} agrees (largest gap {self.worst:.0%} of its tolerance)"
+            return f"{name} agrees with the plain path (largest gap {self.worst:.0%} of allowed)"
         if self.outcome == "plain":
-            return f"{self.path.describe()} is the plain path (nothing to compare)"
+            return f"{name} is the plain path (nothing to compare)"
         if self.outcome == "split":
             return "each worker goes on in a process of its own and checks its own path"
-        return f"{self.path.describe()} {self.outcome}: {self.detail}"
+        if self.outcome == "raised":
+            return f"{name} raised {self.detail}"
+        return f"{name} {self.outcome}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -262,7 +272,7 @@ class Verdict:
     def line(self) -> str:
         """One line: what runs, and why."""
         chosen = "chosen by hand" if self.by_hand else "the self-check's choice"
-        text = f"fast path: {self.path.describe()} ({chosen}); " + "; ".join(
+        text = f"fast path: {self.path.describe()} ({chosen}): " + "; ".join(
             t.describe() for t in self.trials
         )
         if self.by_hand and not self.sound:
@@ -315,7 +325,7 @@ def decide(
                 if by_hand:
                     break
                 continue
-        trials.append(_try(probe, path))
+        trials.append(bases[path] if path in bases else _try(probe, path))
         if trials[-1].outcome == "agrees" or by_hand:
             break
     return Verdict(
