@@ -88,7 +88,8 @@ def check_inputs(agent: TDMPC2, batch: int, envs: int, seed: int) -> Inputs:
     parts = (
         torch.randn(p, h + 1, batch, agent.obs_dim, generator=g),
         torch.rand(p, h, batch, agent.action_dim, generator=g) * 2 - 1,
-        torch.rand(p, h, batch, 1, generator=g) * 5,
+        # each worker's rewards in a range of its own: a loss handed to another worker shows
+        torch.rand(p, h, batch, 1, generator=g) * 5 + 5 * torch.arange(p).view(p, 1, 1, 1),
         terminated,
     )
     obs = torch.randn(p, envs, agent.obs_dim, generator=g)
@@ -179,14 +180,13 @@ class AgentProbe:
         return [self.seed + 1 + k for k in range(self.agent.pack)]
 
     def _small(self, agent: TDMPC2) -> None:
-        """The eager check's plan: few samples, all of them elites."""
-        cfg = agent.cfg
-        samples = min(cfg.num_samples, EAGER_SAMPLES)
-        agent.set_knobs(
-            num_samples=samples,
-            num_elites=samples,
-            num_pi_trajs=min(cfg.num_pi_trajs, samples // 4),
-        )
+        """The eager check's plan: few samples, all of them elites (the mean a smooth function
+        of the values), half of them the policy's (the mean moves with the observations and
+        the networks), drawn within 0.5 of the previous mean (it moves with that too; at the
+        usual 2 most draws are clamped to +-1)."""
+        samples = min(agent.cfg.num_samples, EAGER_SAMPLES)
+        agent.set_knobs(num_samples=samples, num_elites=samples, num_pi_trajs=samples // 2)
+        agent.cfg = dataclasses.replace(agent.cfg, max_std=max(agent.cfg.min_std, 0.5))
 
     # the probe ---------------------------------------------------------------------------
     def pair(self, path: FastPath) -> tuple[Outputs, Outputs]:

@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 import torch
 from conftest import random_batch, tiny_config
+from helpers.faults import fake_compile, mix_up_workers
 
 import agent.agent as agent_module
-import agent.cpu.pack_threads as pack_threads
 from agent.agent import TDMPC2
 from agent.check_probe import AgentProbe, check_fast_path, check_weights
 from agent.self_check import PLAIN, FastPath
@@ -102,8 +102,7 @@ def test_bf16_that_raises_falls_back_to_float32_and_training_goes_on(monkeypatch
 
 
 def test_a_pack_whose_threads_mix_up_workers_goes_to_one_process_per_worker(monkeypatch):
-    real = pack_threads.cat_results
-    monkeypatch.setattr(pack_threads, "cat_results", lambda parts: real(parts[::-1]))
+    mix_up_workers(monkeypatch)
     cfg = dataclasses.replace(tiny_config(), bf16=True)
     agent = TDMPC2(cfg, OBS, ACT, seeds=[1, 2])
     verdict = check_fast_path(agent)
@@ -113,31 +112,6 @@ def test_a_pack_whose_threads_mix_up_workers_goes_to_one_process_per_worker(monk
 
 
 # compiled paths, faked ------------------------------------------------------------------
-def fake_compile(fault: str | None):
-    """torch.compile's stand-in: the function itself, except in CUDA graphs' mode, where it
-    raises at capture, perturbs the update's loss, or replays the first call's inputs."""
-
-    def compile_(fn, mode=None, **options):
-        if mode != "reduce-overhead" or fault is None:
-            return fn
-        first = []
-
-        def compiled(*args):
-            if fault == "raise":
-                raise RuntimeError("CUDA graphs: operation not permitted when stream is capturing")
-            if fault == "stale":
-                first.extend([] if first else [args])
-                return fn(*first[0])
-            out = fn(*args)
-            if isinstance(out, dict):
-                out["total_loss"] = out["total_loss"] * 1.01
-            return out
-
-        return compiled
-
-    return compile_
-
-
 @pytest.mark.parametrize("pack", [1, 2])
 @pytest.mark.parametrize("fault", ["raise", "perturb", "stale"])
 def test_faulty_cuda_graphs_fall_back_to_compile_and_training_goes_on(fault, pack, monkeypatch):
