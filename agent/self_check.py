@@ -291,7 +291,8 @@ def _try(probe: Probe, path: FastPath) -> Trial:
         fast, reference = probe.pair(path)
     except Exception as err:  # a fast path that throws is one to leave, whatever it threw
         first = (str(err).strip().splitlines() or [""])[0][:200]
-        return Trial(path, "raised", f"{type(err).__name__}: {first}".rstrip(": "), math.inf)
+        detail = type(err).__name__ + (f": {first}" if first else "")
+        return Trial(path, "raised", detail, math.inf)
     found = compare(fast, reference, tolerance(path))
     if found.agrees:
         return Trial(path, "agrees", worst=found.worst)

@@ -106,7 +106,9 @@ def test_a_pack_whose_eager_version_disagrees_goes_to_one_process_per_worker():
     assert [t.outcome for t in verdict.trials] == ["disagrees", "disagrees", "disagrees", "split"]
     assert all(t.detail.startswith("its eager version: ") for t in verdict.trials[:2])
     assert probe.asked == [EAGER_PACK]  # as the compiled paths' reference, and as a rung
-    assert "each worker goes on in a process of its own" in verdict.line()
+    line = verdict.line()
+    assert line.startswith("fast path: one process per worker (the self-check's choice): graphs")
+    assert "; each worker goes on in a process of its own and checks its own path (self" in line
 
 
 def test_a_cpu_pack_drops_bf16_then_splits():
@@ -135,7 +137,9 @@ def test_the_plain_path_itself_is_not_compared():
 def test_a_path_chosen_by_hand_is_kept_and_the_line_says_it_disagrees():
     verdict = decide(ladder(GRAPHS, by_hand=True), FakeProbe({GRAPHS: "perturb"}), by_hand=True)
     assert verdict.path == GRAPHS and not verdict.sound
-    assert "(chosen by hand)" in verdict.line() and "kept as asked" in verdict.line()
+    line = verdict.line()
+    assert line.startswith("fast path: compiled with CUDA graphs, a pack of 2, float32 (chosen by")
+    assert "; kept as asked (--fast-path auto lets the check fall back) (self-check" in line
     verdict = decide([GRAPHS], FakeProbe({EAGER_PACK: "perturb"}), by_hand=True)
     assert verdict.path == GRAPHS and verdict.trials[0].detail.startswith("its eager version")
 
@@ -272,3 +276,52 @@ def test_lone_workers_outputs_join_as_a_packs():
     )
     assert torch.equal(both.delta["w"][1], b.delta["w"][0])
     assert torch.equal(both.mean[0], a.mean[0])
+
+
+class RaisingProbe:
+    compile_seconds = 0.0
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def pair(self, path):
+        raise self.error
+
+
+def test_what_a_raising_path_says_its_errors_first_line_at_most_200_characters():
+    def raised(error):
+        (trial,) = decide([FastPath(bf16=True)], RaisingProbe(error), by_hand=True).trials
+        assert trial.outcome == "raised" and trial.worst == math.inf
+        return trial.detail
+
+    assert raised(RuntimeError()) == "RuntimeError"
+    assert raised(RuntimeError("  \n")) == "RuntimeError"
+    assert raised(ValueError(": x:")) == "ValueError: : x:"
+    assert raised(RuntimeError("a" * 300 + "\nsecond")) == "RuntimeError: " + "a" * 200
+
+
+def test_a_compiled_path_failed_by_its_eager_version_carries_that_gap():
+    verdict = decide([GRAPHS], FakeProbe({EAGER_PACK: "stale"}), by_hand=True)
+    (trial,) = verdict.trials
+    reference = compare(outputs(2), outputs(3), FLOAT32)
+    assert trial.worst == reference.worst and trial.detail.endswith(reference.detail)
+
+
+def test_the_verdict_says_what_was_asked():
+    assert decide(ladder(GRAPHS), FakeProbe({})).asked == "auto"
+    assert decide([GRAPHS], FakeProbe({}), by_hand=True, asked="graphs").asked == "graphs"
+
+
+def test_what_disagrees_is_named():
+    plain = outputs()
+    assert compare(_moved(plain), plain, FLOAT32).detail == "no gap"
+
+    def far(x):
+        return x + 1.0
+
+    found = compare(_moved(plain, mean=far), plain, BF16)
+    assert found.detail == "plan mean of worker 0: 1 apart (allowed 0.05)"
+    found = compare(_moved(plain, action=far), plain, FLOAT32)
+    assert found.detail == "action of worker 0: 1 apart (allowed 0.001)"
+    assert FastPath("graphs").describe() == "compiled with CUDA graphs, float32"
+    assert SPLIT.describe() == "one process per worker" and SPLIT.label == SPLIT.describe()
