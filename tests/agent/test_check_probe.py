@@ -12,8 +12,10 @@ from conftest import random_batch, tiny_config
 from helpers.faults import fake_compile, mix_up_workers
 
 import agent.agent as agent_module
+import agent.check_probe as check_probe
 from agent.agent import TDMPC2
-from agent.check_probe import AgentProbe, check_fast_path, check_weights
+from agent.check_probe import AgentProbe, check_fast_path, check_inputs, check_weights
+from agent.layers import Layer
 from agent.self_check import PLAIN, FastPath
 
 OBS, ACT = 5, 2
@@ -195,3 +197,124 @@ def test_a_path_asked_for_by_hand_is_kept_even_when_it_disagrees(monkeypatch):
     assert verdict.asked == "graphs" and "kept as asked" in verdict.line()
     verdict = check_fast_path(agent, asked="eager")
     assert agent.path == FastPath("eager", pack=2) and verdict.sound
+
+
+def test_the_checks_inputs_each_worker_its_own_rewards():
+    cfg = dataclasses.replace(tiny_config(), episodic=True)
+    agent = TDMPC2(cfg, OBS, ACT, seeds=[1, 2, 3])
+    inputs = check_inputs(agent, batch=40, envs=2, seed=9)
+    obs, action, reward, terminated = inputs.batch
+    h = cfg.horizon
+    assert obs.shape == (3, h + 1, 40, OBS) and action.shape == (3, h, 40, ACT)
+    assert reward.shape == terminated.shape == (3, h, 40, 1)
+    assert action.min() < -0.9 and action.max() > 0.9 and action.abs().max() <= 1
+    for k in range(3):  # worker k's rewards in [5k, 5k + 5)
+        assert 5 * k <= reward[k].min() and reward[k].max() < 5 * k + 5
+        assert reward[k].max() - reward[k].min() > 4
+    assert set(terminated.unique().tolist()) == {0.0, 1.0} and 0.03 < terminated.mean() < 0.2
+    assert inputs.obs.shape == (3, 2, OBS) and inputs.warm.shape == (3, 2, h + 1, ACT)
+    assert inputs.warm.abs().max() <= 0.5 and inputs.warm.min() < -0.4 < 0.4 < inputs.warm.max()
+    again = check_inputs(agent, batch=40, envs=2, seed=9)
+    assert all(torch.equal(a, b) for a, b in zip(again.batch, inputs.batch))
+    lone = check_inputs(TDMPC2(tiny_config(), OBS, ACT), batch=8, envs=1, seed=9)
+    assert not lone.batch[3].any()  # not episodic: nothing terminates
+    worker = inputs.worker(2)
+    assert torch.equal(worker.batch[2], reward[2:3]) and torch.equal(worker.warm, inputs.warm[2:])
+
+
+def test_an_episodic_pack_in_bf16_agrees_termination_loss_compared():
+    cfg = dataclasses.replace(tiny_config(), episodic=True, bf16=True)
+    agent = TDMPC2(cfg, OBS, ACT, seeds=[1, 2])
+    fast, plain = AgentProbe(agent).pair(agent.path)
+    assert "termination_loss" in plain.losses and (plain.losses["termination_loss"] > 0).all()
+    assert check_fast_path(agent).trials[0].outcome == "agrees"
+
+
+def test_the_eager_check_draws_from_its_own_streams_without_dropout_on_small_shapes(monkeypatch):
+    """Dropout off (a pack draws its masks over all workers at once), the check's own seeds,
+    and a small plan: at most 64 samples, all elites, half the policy's, drawn within 0.5."""
+    seen = []
+    real = check_probe.step
+
+    def watched(agent, inputs):
+        layers = [m for m in agent.model.modules() if isinstance(m, Layer)]
+        seen.append(
+            (
+                agent.cfg.num_samples,
+                agent.cfg.num_elites,
+                agent.cfg.num_pi_trajs,
+                agent.cfg.max_std,
+                {layer.dropout for layer in layers},
+                [g.initial_seed() for g in agent.noise.generators],
+                inputs.batch[0].shape[2],
+            )
+        )
+        return real(agent, inputs)
+
+    monkeypatch.setattr(check_probe, "step", watched)
+    cfg = dataclasses.replace(tiny_config(), num_samples=100, num_elites=10, batch_size=48)
+    agent = TDMPC2(cfg, OBS, ACT, seeds=[1, 2])
+    probe = AgentProbe(agent, seed=70)
+    probe.pair(agent.path)
+    small = (64, 64, 32, 0.5, {0.0})
+    assert seen[0] == (*small, [71, 72], 32)  # the pack
+    assert seen[1:] == [(*small, [71], 32), (*small, [72], 32)]  # one lone agent per worker
+    assert {layer.dropout for layer in agent.model.modules() if isinstance(layer, Layer)} == {
+        0.0,
+        cfg.dropout,
+    }  # restored: dropout on the Qs' first layer, none elsewhere
+    assert (agent.cfg.num_samples, agent.cfg.max_std) == (100, cfg.max_std)
+
+
+def test_the_plain_path_is_float32_whatever_the_agent_computes_in():
+    cfg = dataclasses.replace(tiny_config(), bf16=True)
+    probe = AgentProbe(TDMPC2(cfg, OBS, ACT))
+    plain = probe.plain()
+    float32 = probe._eager(PLAIN)  # the agent itself made plain
+    bf16 = probe._eager(probe.agent.path)
+    assert torch.equal(plain.losses["total_loss"], float32.losses["total_loss"])
+    assert torch.equal(plain.mean, float32.mean)
+    assert not torch.equal(plain.losses["total_loss"], bf16.losses["total_loss"])
+    assert probe.plain() is plain  # made once
+
+
+def test_a_compiled_path_without_graphs_is_compared_on_its_first_call(monkeypatch):
+    loads = []
+    real = AgentProbe._load
+    monkeypatch.setattr(torch, "compile", fake_compile(None))
+    monkeypatch.setattr(
+        AgentProbe, "_load", lambda self, a, w=None: loads.append(1) or real(self, a, w)
+    )
+    agent = TDMPC2(tiny_config(), OBS, ACT)
+    AgentProbe(agent).pair(FastPath("compile"))
+    assert len(loads) == 2  # one call, then the eager reference
+
+
+def test_compiling_time_is_the_first_compiled_calls(monkeypatch):
+    ticks = iter(range(1, 100))
+    clock = {"now": 0.0}
+
+    def perf_counter():  # each reading a second later than the last, and one more
+        clock["now"] += next(ticks)
+        return clock["now"]
+
+    monkeypatch.setattr(torch, "compile", fake_compile(None))
+    monkeypatch.setattr(check_probe.time, "perf_counter", perf_counter)
+    agent = TDMPC2(tiny_config(), OBS, ACT)
+    probe = AgentProbe(agent)
+    probe.pair(FastPath("graphs"))
+    assert probe.compile_seconds == 2.0  # readings 1 and 3: the first call's start and end
+    probe.pair(FastPath("graphs"))
+    # The first pair read 1, 3 (its first call), 6, 10 (the others' starts); then 15 and 21.
+    assert probe.compile_seconds == 2.0 + 6.0
+
+
+def test_a_pack_asked_to_run_eager_keeps_its_threads_and_one_that_cannot_split_says_so(
+    monkeypatch,
+):
+    agent = TDMPC2(dataclasses.replace(tiny_config(), bf16=True), OBS, ACT, seeds=[1, 2])
+    verdict = check_fast_path(agent, asked="eager")
+    assert verdict.path == FastPath("eager", pack=2, threads=True, bf16=True) == agent.path
+    mix_up_workers(monkeypatch)
+    verdict = check_fast_path(agent, can_split=False)
+    assert verdict.path == FastPath("eager", pack=2, threads=True) and not verdict.sound
