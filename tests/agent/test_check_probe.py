@@ -60,9 +60,17 @@ def test_the_check_leaves_the_agent_as_it_found_it(pack):
         agent.update(_batch(cfg, pack))  # Adam state and a warm start to keep
         agent.act(obs, t0=True)
     before = _state(checked)
+    moments = [
+        t for o in (checked.optim, checked.pi_optim) for s in o.state.values() for t in s.values()
+    ]
     verdict = check_fast_path(checked)
     assert verdict.sound and verdict.path == twin.path
     assert _equal(_state(checked), before)
+    # In the same tensors (CUDA graphs replay from their addresses).
+    after = [
+        t for o in (checked.optim, checked.pi_optim) for s in o.state.values() for t in s.values()
+    ]
+    assert len(after) == len(moments) and all(a is b for a, b in zip(after, moments))
     after = []
     for agent in (checked, twin):
         torch.manual_seed(8)  # a lone agent's dropout draws from torch's generator
@@ -183,6 +191,17 @@ def test_check_weights_are_random_everywhere_the_zeroed_heads_too():
         assert value.std() > 0, name
     assert weights["qs.layers.2.weight"].abs().min() > 0  # zero-initialised in the model
     assert (weights["q_scale"] >= 1).all() and (weights["q_scale"] < 2).all()
+    for name, value in weights.items():  # unit-scale outputs, gains about 1, small biases
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "weight":
+            fan_in = value.shape[-2]
+            assert 0.8 < value.std() * fan_in**0.5 < 1.2, name
+        elif leaf == "ln_weight":
+            assert abs(value.mean() - 1) < 0.05 and 0.05 < value.std() < 0.15, name
+        elif name != "q_scale":
+            assert abs(value.mean()) < 0.05 and 0.05 < value.std() < 0.15, name
+    assert AgentProbe(agent, seed=5).weights.keys() == weights.keys()
+    assert all(torch.equal(AgentProbe(agent, seed=5).weights[k], v) for k, v in weights.items())
     again = check_weights(state, seed=5)
     assert all(torch.equal(again[k], v) for k, v in weights.items())
     other = check_weights(state, seed=6)
@@ -217,7 +236,7 @@ def test_the_checks_inputs_each_worker_its_own_rewards():
     again = check_inputs(agent, batch=40, envs=2, seed=9)
     assert all(torch.equal(a, b) for a, b in zip(again.batch, inputs.batch))
     lone = check_inputs(TDMPC2(tiny_config(), OBS, ACT), batch=8, envs=1, seed=9)
-    assert not lone.batch[3].any()  # not episodic: nothing terminates
+    assert not lone.batch[3].any() and lone.batch[3].shape == (1, h, 8, 1)  # none terminates
     worker = inputs.worker(2)
     assert torch.equal(worker.batch[2], reward[2:3]) and torch.equal(worker.warm, inputs.warm[2:])
 
@@ -237,7 +256,8 @@ def test_the_eager_check_draws_from_its_own_streams_without_dropout_on_small_sha
     real = check_probe.step
 
     def watched(agent, inputs):
-        layers = [m for m in agent.model.modules() if isinstance(m, Layer)]
+        models = [agent.model] + ([] if agent.threads is None else agent.threads.members)
+        layers = [m for model in models for m in model.modules() if isinstance(m, Layer)]
         seen.append(
             (
                 agent.cfg.num_samples,
@@ -318,3 +338,15 @@ def test_a_pack_asked_to_run_eager_keeps_its_threads_and_one_that_cannot_split_s
     mix_up_workers(monkeypatch)
     verdict = check_fast_path(agent, can_split=False)
     assert verdict.path == FastPath("eager", pack=2, threads=True) and not verdict.sound
+
+
+def test_a_steps_weight_change_is_the_update_s():
+    agent = TDMPC2(tiny_config(), OBS, ACT, seeds=[1, 2])
+    inputs = check_inputs(agent, batch=8, envs=1, seed=3)
+    before = {k: v.clone() for k, v in agent.model.named_parameters()}
+    out = check_probe.step(agent, inputs)
+    for name, value in agent.model.named_parameters():
+        assert torch.equal(out.delta[name], value.detach() - before[name]), name
+    assert out.delta["encoder.layers.0.weight"].abs().max() > 0
+    assert out.action.shape == (2, 1, ACT) and out.mean.shape == (2, 1, agent.cfg.horizon, ACT)
+    assert out.losses["total_loss"].shape == (2,)
