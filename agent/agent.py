@@ -76,6 +76,7 @@ class TDMPC2(PackState):
     # A pack on a CPU runs each worker's update and plan on a thread of its own; tests turn it
     # off to check that the batched path, the one a GPU takes, gives the same values.
     cpu_threads = True
+    _mode: str | None = None  # torch.compile's mode, once compiled
 
     def __init__(
         self, cfg: Config, obs_dim: int, action_dim: int, seeds: Sequence[int] | None = None
@@ -94,7 +95,6 @@ class TDMPC2(PackState):
         self.threads: WorkerThreads | None = None
         if self.pack > 1 and self.device.type == "cpu" and self.cpu_threads:
             self.threads = WorkerThreads(self.model, self.noise, torch.get_num_threads())
-        self._mode: str | None = None
         m = self.model
         self.optim = torch.optim.Adam(
             [
@@ -126,12 +126,13 @@ class TDMPC2(PackState):
         self.compiled, self.fused_update, self._mode = True, True, mode
         init_adam_state(self.optim)
         init_adam_state(self.pi_optim)
-        # Random numbers from PyTorch's own kernels, not Inductor's: the start-up self-check
-        # (agent/check_probe.py) replays a compiled call's draws eagerly to compare them.
-        same_draws = torch._inductor.config.patch(fallback_random=True)
+        # Random numbers from PyTorch's own kernels, not Inductor's, in whatever this process
+        # compiles: the start-up self-check (agent/check_probe.py) replays a compiled call's
+        # draws eagerly to compare them.
+        torch._inductor.config.fallback_random = True
         update = torch.compile(self._update, mode=mode, fullgraph=True)
-        self._update_fn = same_draws(torch._dynamo.config.patch(trace_autograd_ops=True)(update))
-        self._plan_fn = same_draws(torch.compile(plan, mode=mode, fullgraph=True))
+        self._update_fn = torch._dynamo.config.patch(trace_autograd_ops=True)(update)
+        self._plan_fn = torch.compile(plan, mode=mode, fullgraph=True)
 
     @property
     def path(self) -> FastPath:
@@ -350,8 +351,7 @@ class TDMPC2(PackState):
                     stacklevel=2,
                 )
                 self.fused_update = False
-                same_draws = torch._inductor.config.patch(fallback_random=True)
-                self._update_fn = same_draws(torch.compile(self._update, mode=self._mode))
+                self._update_fn = torch.compile(self._update, mode=self._mode)
                 info = self._update_fn(*batch)
         info = {k: v.clone() for k, v in info.items()} if self.compiled else info
         return info if packed else {k: v[0] for k, v in info.items()}

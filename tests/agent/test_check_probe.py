@@ -227,6 +227,7 @@ def test_the_checks_inputs_each_worker_its_own_rewards():
     assert obs.shape == (3, h + 1, 40, OBS) and action.shape == (3, h, 40, ACT)
     assert reward.shape == terminated.shape == (3, h, 40, 1)
     assert action.min() < -0.9 and action.max() > 0.9 and action.abs().max() <= 1
+    assert not torch.allclose(reward[1] - 5, reward[0])  # a draw of its own, not an offset
     for k in range(3):  # worker k's rewards in [5k, 5k + 5)
         assert 5 * k <= reward[k].min() and reward[k].max() < 5 * k + 5
         assert reward[k].max() - reward[k].min() > 4
@@ -350,3 +351,32 @@ def test_a_steps_weight_change_is_the_update_s():
     assert out.delta["encoder.layers.0.weight"].abs().max() > 0
     assert out.action.shape == (2, 1, ACT) and out.mean.shape == (2, 1, agent.cfg.horizon, ACT)
     assert out.losses["total_loss"].shape == (2,)
+
+
+def test_an_agent_takes_only_a_path_of_its_own_pack():
+    agent = TDMPC2(tiny_config(), OBS, ACT, seeds=[1, 2])
+    for path in (FastPath("eager"), FastPath("eager", pack=2, split=True)):
+        with pytest.raises(ValueError, match="a pack of 2 cannot compute as"):
+            agent.use_path(path)
+    agent.use_path(FastPath("eager", pack=2))  # batched, as on a GPU
+    assert agent.threads is None and agent.path == FastPath("eager", pack=2)
+    agent.use_path(FastPath("eager", pack=2, threads=True, bf16=True))
+    assert agent.threads is not None and agent.cfg.bf16
+    threads = agent.threads
+    agent.use_path(FastPath("eager", pack=2, threads=True))
+    assert agent.threads is threads and not agent.cfg.bf16  # its threads kept
+
+
+def test_the_path_a_compiled_agent_computes_on(monkeypatch):
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, **o: modes.append(mode) or fn)
+    agent = TDMPC2(tiny_config(), OBS, ACT)
+    agent.use_path(FastPath("graphs"))
+    assert agent.path == FastPath("graphs") and agent.compiled and agent.fused_update
+    agent.use_path(FastPath("graphs"))  # the same mode: not compiled again
+    agent.use_path(FastPath("compile"))
+    assert agent.path == FastPath("compile")
+    assert modes == ["reduce-overhead", "reduce-overhead", None, None]  # update, plan each
+    agent.use_path(FastPath("eager"))
+    assert agent.path == FastPath("eager") and not agent.compiled and not agent.fused_update
+    assert agent._update_fn == agent._update
