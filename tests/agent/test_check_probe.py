@@ -380,3 +380,12 @@ def test_the_path_a_compiled_agent_computes_on(monkeypatch):
     agent.use_path(FastPath("eager"))
     assert agent.path == FastPath("eager") and not agent.compiled and not agent.fused_update
     assert agent._update_fn == agent._update
+
+
+def test_compiling_draws_random_numbers_with_pytorchs_kernels(monkeypatch):
+    """Inductor's fallback_random: a compiled call's draws are the eager ones, from the same
+    generator state, which the check replays (checked with Inductor in test_graphs.py)."""
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", False)
+    monkeypatch.setattr(torch, "compile", fake_compile(None))
+    TDMPC2(tiny_config(), OBS, ACT).use_path(FastPath("compile"))
+    assert torch._inductor.config.fallback_random is True
