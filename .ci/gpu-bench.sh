@@ -2,6 +2,8 @@
 # Benchmark on a CUDA machine (run by hand there; CI has no GPU). Results go to $OUT.
 # Expects the dependencies importable (on the lent device: wheels carried in .whl/).
 #   .ci/gpu-bench.sh [--device cpu] [SECTION ...]   sections: speed learn pack walker (default all)
+# First, whatever the sections: the start-up self-check of the first user's process (walker-walk,
+# 5M, a pack of 4: `python3 launch.py` on a GPU), its verdict and time (self-check.json).
 # The whole script ends within BUDGET_S (570 s): each step's timeout is cut to what is left, and
 # a step with under 20 s left is skipped (all four sections take longer: pick some). A learning
 # run cut short keeps the evaluations it logged. `--device cpu`: a dry run of every step with
@@ -19,10 +21,11 @@ if [ "$DEVICE" = cpu ]; then
     --iterations 2 --enc-dim 32 --mlp-dim 64 --latent-dim 32)
   FEW=(--repeats 2 --warmup 1 --rounds 2)
   SHORT=(--steps 300 --seed-steps 100 --episode-length 50 --eval-every 150 --eval-episodes 1)
-  PACKS=1,2 PACKS_VS=1,2 WORKERS=(--workers 2 --pack 2) RESUME_STEPS=400
+  PACKS=1,2 PACKS_VS=1,2 WORKERS=(--workers 2 --pack 2) RESUME_STEPS=400 CHECK=(--self-check 2)
 else
   OUT=${OUT:-gpu-results} BUDGET_S=${BUDGET_S:-570} CAP_S=600 TINY=() FEW=() SHORT=()
   PACKS=1,4,8,16 PACKS_VS=1,4 WORKERS=(--workers 4 --pack 4) RESUME_STEPS=50000
+  CHECK=(--self-check 4)
 fi
 mkdir -p "$OUT"
 if [ -d .whl ]; then
@@ -47,6 +50,14 @@ bench() {
   limit "$1" $PY launch.py bench --device "$DEVICE" --json "${@:2}" "${TINY[@]}" "${FEW[@]}" |
     tee -a "$OUT/bench.jsonl"
 }
+# The self-check first: is the fast path sound on this device? (Compiling included: graphs
+# that fail fall back to a compile without them, a second compile.) A verdict that is not sound
+# exits 1; the other sections still run.
+limit 300 $PY launch.py bench --device "$DEVICE" --task walker-walk --model-size 5 "${CHECK[@]}" \
+  --json "${TINY[@]}" >"$OUT/self-check.json" 2>"$OUT/self-check.log"
+$PY -c 'import json, sys; from bench.self_check import format_self_check as f
+print(f(json.load(open(sys.argv[1]))))' "$OUT/self-check.json" 2>/dev/null ||
+  { echo "self-check: no verdict (see $OUT/self-check.log)"; tail -5 "$OUT/self-check.log"; }
 if has speed; then # side by side: compiled (CUDA graphs) and eager, per model size
   bench 240 --model-size 5 --repeats 50 --warmup 10
   bench 90 --model-size 5 --no-compile --repeats 30 --warmup 5

@@ -14,6 +14,7 @@ Over 300 lines because act and update share the pack's compiled graphs and their
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from agent.noise import PackNoise
 from agent.optim_step import adam_step, init_adam_state
 from agent.pack_state import PackState
 from agent.planner import PlanKnobs, plan
+from agent.self_check import COMPILE_MODES, FastPath
 from agent.world_model import WorldModel
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -74,6 +76,7 @@ class TDMPC2(PackState):
     # A pack on a CPU runs each worker's update and plan on a thread of its own; tests turn it
     # off to check that the batched path, the one a GPU takes, gives the same values.
     cpu_threads = True
+    _mode: str | None = None  # torch.compile's mode, once compiled
 
     def __init__(
         self, cfg: Config, obs_dim: int, action_dim: int, seeds: Sequence[int] | None = None
@@ -123,9 +126,40 @@ class TDMPC2(PackState):
         self.compiled, self.fused_update, self._mode = True, True, mode
         init_adam_state(self.optim)
         init_adam_state(self.pi_optim)
+        # Random numbers from PyTorch's own kernels, not Inductor's, in whatever this process
+        # compiles: the start-up self-check (agent/check_probe.py) replays a compiled call's
+        # draws eagerly to compare them.
+        torch._inductor.config.fallback_random = True
         update = torch.compile(self._update, mode=mode, fullgraph=True)
         self._update_fn = torch._dynamo.config.patch(trace_autograd_ops=True)(update)
         self._plan_fn = torch.compile(plan, mode=mode, fullgraph=True)
+
+    @property
+    def path(self) -> FastPath:
+        """The fast path this agent computes on now (agent/self_check.py)."""
+        if not self.compiled:
+            mode = "eager"
+        else:
+            mode = "graphs" if self._mode == COMPILE_MODES["graphs"] else "compile"
+        bf16 = self.cfg.bf16 and self.device.type == "cpu"
+        return FastPath(mode, self.pack, self.threads is not None, bf16)
+
+    def use_path(self, path: FastPath) -> None:
+        """Compute on `path` from now on: compiled (with or without CUDA graphs; compiling
+        again only for another mode) or eager, a CPU pack on threads or batched, bf16 or
+        float32. A path's `split` is the run's to make (one process per worker)."""
+        if path.pack != self.pack or path.split:
+            raise ValueError(f"a pack of {self.pack} cannot compute as {path.describe()}")
+        if path.mode == "eager":
+            self.compiled = self.fused_update = False
+            self._update_fn, self._plan_fn = self._update, plan
+        elif not self.compiled or self._mode != COMPILE_MODES[path.mode]:
+            self._compile(COMPILE_MODES[path.mode])
+        if not path.threads:
+            self.threads = None
+        elif self.threads is None:
+            self.threads = WorkerThreads(self.model, self.noise, torch.get_num_threads())
+        self.cfg = dataclasses.replace(self.cfg, bf16=path.bf16)
 
     def _build_model(self) -> WorldModel:
         """Worker k's networks start as those of a lone agent seeded seeds[k]."""

@@ -128,6 +128,10 @@ class Config:
     """cpu, cuda or auto (CUDA when available)."""
     compile: bool = True
     """torch.compile update and plan with CUDA graphs (used on CUDA only)."""
+    fast_path: str = "auto"
+    """auto, graphs, compile or eager: auto checks the fastest at start-up against the plain
+    path (eager, float32, one agent per worker) and falls back until one agrees; the others
+    choose by hand (graphs and compile: CUDA only)."""
     bf16: bool = False
     """bf16 numbers on a CPU (runs from the command line or the window: on where the CPU has a
     bf16 unit; without one, matmuls in float32 on the same numbers, no faster)."""
@@ -181,6 +185,9 @@ MODEL_SIZES: dict[int, tuple[int, int, int, int, int]] = {
     48: (1792, 1792, 768, 4, 5),
     317: (4096, 4096, 1376, 5, 8),
 }
+
+# fast_path's values: the start-up self-check chooses (auto), or one by hand (agent/self_check.py).
+FAST_PATHS = ("auto", "graphs", "compile", "eager")
 
 # Other fields with numeric bounds: name -> (low, high), inclusive.
 FIELD_RANGES: dict[str, tuple[float, float]] = {
@@ -276,6 +283,16 @@ def validate(cfg: Config) -> None:
             f"env_kwargs must be a JSON object such as '{{\"frame_skip\": 2}}', got "
             f"{cfg.env_kwargs!r}",
             "env_kwargs",
+        )
+    if cfg.fast_path not in FAST_PATHS:
+        raise ConfigError(
+            f"fast_path must be {', '.join(FAST_PATHS[:-1])} or {FAST_PATHS[-1]}, got "
+            f"{cfg.fast_path!r}",
+            "fast_path",
+        )
+    if cfg.fast_path in ("graphs", "compile") and not cfg.compile:
+        raise ConfigError(
+            f"fast_path {cfg.fast_path} compiles: it cannot go with compile off", "fast_path"
         )
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
         raise ConfigError(f"device must be cpu, cuda or auto, got {cfg.device!r}", "device")

@@ -21,6 +21,7 @@ from bench.run import (
     merge_gain_benchmark,
     merge_optimiser_benchmark,
 )
+from bench.self_check import format_self_check, gap_benchmark, self_check_benchmark
 from bench.speed import print_table, speed_benchmark
 from workers.cli.flags import add_common_flags, add_config_flags
 from workers.cli.new_run import config_from_args, default_run_dir
@@ -79,6 +80,21 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternating rounds of --repeats steps (--pack)"
     )
+    parser.add_argument(
+        "--self-check",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the start-up self-check of a process of K workers (a pack when K > 1): the fast "
+        "path it chooses, why, and its time",
+    )
+    parser.add_argument(
+        "--gaps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --self-check: the largest gap of each compared value over N check seeds",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
@@ -122,6 +138,17 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
                 f"{row['return']:>7.1f}  published {row['published']:>7.1f}  ratio {row['ratio']}"
             )
         return 0
+    if args.self_check and args.gaps:
+        print(
+            json.dumps(
+                gap_benchmark(cfg, args.self_check, args.gaps), indent=None if args.json else 2
+            )
+        )
+        return 0
+    if args.self_check:
+        result = self_check_benchmark(cfg, args.self_check)
+        print(json.dumps(result) if args.json else format_self_check(result))
+        return 0 if result["sound"] else 1
     if args.merge_gain:
         counts = [int(c) for c in args.merge_gain.split(",")]
         root = args.run_dir or str(default_run_dir(f"merge-gain-{cfg.task}"))

@@ -343,6 +343,8 @@ class Controller:
             published_note=self._published_note,
             errors=list(model.errors),
             error_count=model.error_count,
+            notes=list(model.notes),
+            note_count=model.note_count,
             cameras=self._cameras,
             sources=["merged"]
             + [model.worker_label(w) for w in range(run.settings.workers)]

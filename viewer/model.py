@@ -26,6 +26,7 @@ from workers.rundir.records import (
     MergeSkipped,
     Record,
     Resumed,
+    SelfCheck,
     ShowcaseEpisode,
     Train,
 )
@@ -93,6 +94,9 @@ class RunModel:
     start_time: float | None = None
     events_seen: int = 0
     error_count: int = 0  # errors ever seen (`errors` keeps the newest 200)
+    # Lines to log that are no error (each process's start-up self-check), and their count.
+    notes: deque = field(default_factory=lambda: deque(maxlen=200))
+    note_count: int = 0
     # Refused knob records: knob (None: the whole record unreadable) -> (version, text).
     knob_errors: dict = field(default_factory=dict)
     lane_of: dict[int, int | None] = field(default_factory=dict)  # as each worker applied last
@@ -142,6 +146,10 @@ class RunModel:
                 self._error(f"warning: {r.fallback}")
             case Crashed():  # written by the run: says why, and whether it restarts
                 self._error(r.message)
+            case SelfCheck() if r.message not in self._told:  # a pack's workers: one line
+                self._told.add(r.message)
+                self.notes.append(r.message)
+                self.note_count += 1
 
     def _error(self, text: str) -> None:
         self.errors.append(text)

@@ -60,6 +60,8 @@ class View:
     published_note: str = ""  # said instead of a reference line the task does not have
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
+    notes: list[str] = field(default_factory=list)  # the Log tab's lines that are no error
+    note_count: int = 0
     cameras: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     source_ids: list[int] = field(default_factory=list)  # the showcase's number of each source

@@ -193,3 +193,20 @@ def test_every_error_carries_the_field_it_is_about(build, field):
 def test_a_configs_knobs_are_the_agent_layers_of_the_table():
     cfg = make_config(1, horizon=4)
     assert set(knob_values := knobs_of(cfg)) == set(knobs("agent")) and knob_values["horizon"] == 4
+
+
+def test_the_fast_path_is_auto_or_one_chosen_by_hand():
+    assert make_config(1).fast_path == "auto"
+    for path in ("auto", "graphs", "compile", "eager"):
+        assert make_config(1, fast_path=path).fast_path == path
+    assert make_config(1, fast_path="eager", compile=False).compile is False
+    assert make_config(1, fast_path="auto", compile=False).fast_path == "auto"
+    with pytest.raises(ConfigError) as refused:
+        make_config(1, fast_path="fast")
+    assert str(refused.value) == "fast_path must be auto, graphs, compile or eager, got 'fast'"
+    assert refused.value.field == "fast_path"
+    for path in ("graphs", "compile"):
+        with pytest.raises(ConfigError) as refused:
+            make_config(1, fast_path=path, compile=False)
+        assert str(refused.value) == f"fast_path {path} compiles: it cannot go with compile off"
+        assert refused.value.field == "fast_path"

@@ -98,16 +98,22 @@ class _FixedNoise:
 
 def test_the_compiled_one_graph_update_is_the_eager_update(monkeypatch):
     # Compiled by Inductor for the CPU (about 2 minutes here): the same graph a GPU compiles,
-    # less the CUDA graphs.
+    # less the CUDA graphs. Its random numbers are the eager update's, drawn from the same
+    # generator state (Inductor's fallback_random, which the start-up self-check relies on to
+    # replay a compiled call eagerly). Dropout is off: on a CPU the eager one is this
+    # project's own (agent/cpu/fast_ops.py), another stream than PyTorch's.
     monkeypatch.setattr(TDMPC2, "cpu_threads", False)
     cfg = dataclasses.replace(tiny_config(), dropout=0.0)
     eager, compiled = (TDMPC2(cfg, OBS, ACT, seeds=[1, 2]) for _ in range(2))
     for agent in (eager, compiled):
-        agent.noise = _FixedNoise(2)
+        agent.noise = PackNoise([1, 2], "cpu", shared=True)  # as a compiled pack draws
     compiled._compile(mode=None)
     for step in range(3):
         batch = _batch(eager, step)
-        a, b = eager.update(batch), compiled.update(batch)
+        torch.manual_seed(step)
+        a = eager.update(batch)
+        torch.manual_seed(step)
+        b = compiled.update(batch)
         assert compiled.fused_update
         for name in ("total_loss", "pi_loss", "grad_norm", "pi_grad_norm", "q_scale"):
             assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-5), (step, name)

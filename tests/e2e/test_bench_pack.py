@@ -97,3 +97,17 @@ def test_skipped_cuda_graphs_are_collected_and_reported(tiny_cfg, monkeypatch):
     assert result["packs"][0]["pack_cudagraph_skips"] == [reason]
     assert result["packs"][0]["processes_cudagraph_skips"] == []
     assert f"CUDA graphs skipped: {reason}" in bench_pack.format_pack(result)
+
+
+def test_bench_self_check_reports_the_verdict_and_its_time(capsys):
+    """`bench --self-check K`: what .ci/gpu-bench.sh prints first."""
+    assert main(["bench", "--self-check", "2", "--json", "--threads", "1", *TINY]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["workers"], result["device"], result["sound"]) == (2, "cpu", True)
+    assert result["path"] == "eager" and result["compile_seconds"] == 0.0
+    assert result["seconds"] >= result["beyond_compile_seconds"] >= 0
+    assert result["line"].startswith("fast path: eager, a pack of 2 on threads, ")
+    assert main(["bench", "--self-check", "1", "--no-bf16", *TINY]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("self-check SOUND on cpu (cpu), 1M cartpole-balance, 1 worker(s): ")
+    assert "eager float32 is the plain path (nothing to compare)" in text

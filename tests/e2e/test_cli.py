@@ -49,6 +49,8 @@ def assert_clean_error(result, *words):
         (["--num-samples", "99999"], ["num_samples"]),
         (["--steps", "0"], ["steps"]),
         (["--steps", "-5"], ["steps"]),
+        (["--fast-path", "bogus"], ["fast_path must be auto, graphs, compile or eager", "bogus"]),
+        (["--device", "cpu", "--fast-path", "graphs"], ["--fast-path graphs", "auto", "eager"]),
         (
             ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
             ["device"],
@@ -146,12 +148,24 @@ def test_headless_run_is_a_run_of_one_worker(tmp_path):
     result = launch("--headless", *TINY, "--steps", "150", "--run-dir", str(run))
     assert result.returncode == 0, result.stderr
     assert "finished at step 150, mean last eval return" in result.stderr
+    # The start-up self-check's line: the fast path it trains on (bf16 where the CPU has a
+    # bf16 unit: checked; float32: the plain path itself), and its record.
+    assert "\nworker 0: fast path: eager, " in result.stderr
+    assert "(the self-check's choice): eager " in result.stderr
     config = json.loads((run / "config.json").read_text())
     assert config["config"]["task"] == "cartpole-balance" and config["config"]["mlp_dim"] == 32
     assert json.loads((run / "run.json").read_text())["workers"] == 1
     first = records(run / "worker-0.jsonl")
     kinds = [r["kind"] for r in first]
     assert kinds.count("episode") == 3 and "eval" in kinds and "train" in kinds
+    check = next(r for r in first if r["kind"] == "self_check")
+    assert (check["path"], check["asked"], check["sound"], check["step"]) == (
+        "eager",
+        "auto",
+        True,
+        0,
+    )
+    assert check["message"] in result.stderr
     assert kinds[-2:] == ["stop", "checkpoint"] and first[-2]["reason"] == "done"
     assert all(r["step"] <= 150 for r in first)
     assert (run / "checkpoints" / "worker-0.pt").stat().st_size > 0
@@ -168,6 +182,7 @@ def test_headless_run_is_a_run_of_one_worker(tmp_path):
     after = records(run / "worker-0.jsonl")
     assert after[: len(first)] == first  # nothing already written lost
     assert [r["step"] for r in after if r["kind"] == "resumed"] == [150]
+    assert [r["step"] for r in after if r["kind"] == "self_check"] == [0, 150]  # checked again
     assert after[-2] == {**after[-2], "kind": "stop", "step": 200, "reason": "done"}
 
     # The saved weights start a new run; damaged or mismatched ones are refused.
@@ -180,10 +195,15 @@ def test_headless_run_is_a_run_of_one_worker(tmp_path):
         str(weights),
         "--run-dir",
         str(tmp_path / "w"),
+        "--fast-path",
+        "eager",
     )
     assert ok.returncode == 0, ok.stderr
     started = records(tmp_path / "w" / "worker-0.jsonl")
     assert [r["step"] for r in started if r["kind"] == "started_from_weights"] == [0]
+    # A path chosen by hand: recorded as asked, and said so.
+    assert [r["asked"] for r in started if r["kind"] == "self_check"] == ["eager"]
+    assert "(chosen by hand)" in ok.stderr
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(weights.read_bytes()[:1000])
     refused = [

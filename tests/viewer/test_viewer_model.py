@@ -14,7 +14,7 @@ from agent.published import PUBLISHED
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
 from viewer.series import Series, downsample, published_curve, published_note, smooth
-from workers.rundir.records import Episode, Error, Eval, KnobsApplied, Merge, Train
+from workers.rundir.records import Episode, Error, Eval, KnobsApplied, Merge, SelfCheck, Train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -142,6 +142,24 @@ def test_model_turns_events_into_chart_lines_and_marks():
     assert model.speed_lines(False)["worker 0"][1] == [9.5, 9.0]
     assert model.distance_lines(False)["worker 0"] == ([300.0], [0.5])
     assert model.errors[-1] == "showcase: could not load"
+
+
+def test_each_processs_self_check_line_goes_to_the_log_once():
+    """A pack's workers record the same line: the Log tab shows it once, and not as an error."""
+
+    def check(worker, who, path="eager"):
+        message = f"{who}: fast path: {path} ..."
+        fields = dict(path=path, pack=2, bf16=False, asked="auto", sound=True, seconds=0.1)
+        return SelfCheck(step=0, message=message, worker=worker, **fields)
+
+    model = RunModel(workers=3)
+    model.ingest([check(0, "workers 0, 1 (a pack)"), check(1, "workers 0, 1 (a pack)")])
+    model.ingest([check(2, "worker 2", "compile")])
+    assert list(model.notes) == [
+        "workers 0, 1 (a pack): fast path: eager ...",
+        "worker 2: fast path: compile ...",
+    ]
+    assert model.note_count == 2 and model.error_count == 0
 
 
 def test_worker_rows_show_left_out_and_crashed_workers():

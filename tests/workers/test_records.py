@@ -32,6 +32,7 @@ from workers.rundir.records import (
     Resumed,
     RunDirGone,
     Seeding,
+    SelfCheck,
     ShowcaseEpisode,
     StartedFresh,
     StartedFromMerged,
@@ -82,6 +83,18 @@ ONE_OF_EACH = [
     Error(message="RuntimeError: boom", traceback="Traceback ..."),
     RunDirGone(message="the run directory vanished"),
     Crashed(step=80, message="worker 1 died", exitcode=-9, signal="SIGKILL", restarts=1),
+    SelfCheck(
+        step=0,
+        path="compile",
+        pack=4,
+        bf16=False,
+        asked="auto",
+        sound=True,
+        seconds=97.5,
+        compile_seconds=95.25,
+        trials=("graphs raised RuntimeError: ...", "compile agrees with the plain path"),
+        message="workers 0, 1, 2, 3 (a pack): fast path: compiled without CUDA graphs ...",
+    ),
 ]
 
 

@@ -30,6 +30,7 @@ class StatusPanel:
         self.styles = styles
         self.log_lines: deque[str] = deque(maxlen=300)
         self._errors_shown = 0
+        self._notes_shown = 0
 
     def build(self) -> None:
         with dpg.child_window(tag="statusbar", height=28, border=False, no_scrollbar=True):
@@ -49,6 +50,11 @@ class StatusPanel:
             for line in view.errors[-min(new_errors, len(view.errors)) :]:
                 self.notify(f"error: {line}")
             self._errors_shown = view.error_count
+        new_notes = view.note_count - self._notes_shown  # each process's fast path
+        if new_notes > 0:
+            for line in view.notes[-min(new_notes, len(view.notes)) :]:
+                self.notify(line)
+            self._notes_shown = view.note_count
 
     def show_fps(self, fps: float) -> None:
         dpg.set_value("status_fps", f"  |  window {fps:.0f} fps")

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from agent.agent import resolve_device
 from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
@@ -37,7 +38,14 @@ def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> 
         overrides.setdefault("steps", Config.steps)
     # (preset_config adds what the task brings where the flags say nothing: a gymnasium env's
     # action repeat, episode length and episodic mode; an unknown name fails there.)
-    return preset_config(preset, **overrides)
+    cfg = preset_config(preset, **overrides)
+    if cfg.fast_path in ("graphs", "compile") and resolve_device(cfg.device).type != "cuda":
+        raise ConfigError(
+            f"--fast-path {cfg.fast_path} compiles for CUDA, and this run trains on the CPU: "
+            "give auto (the self-check chooses) or eager",
+            "fast_path",
+        )
+    return cfg
 
 
 def default_run_dir(task: str) -> Path:

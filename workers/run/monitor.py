@@ -27,7 +27,7 @@ from workers.rundir.paths import metrics_name
 from workers.rundir.records import Crashed
 from workers.rundir.settings import RunSettings
 from workers.training.disk_guard import dir_identity
-from workers.training.spec import DOES_NOT_FIT, STATES
+from workers.training.spec import DOES_NOT_FIT, SPLIT_PACK, STATES
 
 MONITOR_S = 0.25  # the monitor thread looks at least this often (a worker's exit: at once)
 
@@ -44,6 +44,7 @@ class WorkerMonitor:
         stop: Any,
         note: Callable[..., None],
         respawn: Callable[[list[int], int], None],
+        split: Callable[[list[WorkerProcess]], None],
         join_step: Callable[[int], int],
         members_changed: Callable[[], None],
         restart_backoff_s: float,
@@ -51,11 +52,13 @@ class WorkerMonitor:
         """`settings()`: the run's current settings; `procs`: its handles by worker (shared,
         guarded by `lock`); `stop`: its stop event; `note(text, in_record=False)`: tell the
         user; `respawn(pack, join_step)`: start a pack again from the merged weights;
+        `split(handles)`: start a pack's workers again, each in a process of its own;
         `join_step(k)`: the step worker k joins the others of its pool at;
         `members_changed()`: rewrite members.json (see down())."""
         self.path, self._settings, self._procs = path, settings, procs
         self._lock, self._stop, self._note = lock, stop, note
         self._respawn, self._join_step, self._members_changed = respawn, join_step, members_changed
+        self._split = split
         self.restart_backoff_s = restart_backoff_s  # before the first automatic restart; doubles
         self.gone: str | None = None  # why the run stopped: its directory vanished
         self._down: dict[int, str] = {}  # merging workers not running now, with why
@@ -170,6 +173,9 @@ class WorkerMonitor:
         (or left out for good after max_restarts)."""
         state = STATES[int(p.value("state"))]
         self._rejoin.discard(index)
+        if p.process.exitcode == SPLIT_PACK and not self._stop.is_set():
+            self._split_pack(index, p)
+            return
         if state in ("done", "stopped") or index in self.settings.removed or self._stop.is_set():
             return
         code = p.process.exitcode
@@ -223,6 +229,21 @@ class WorkerMonitor:
             log.close()
         except OSError as err:  # the directory itself may be gone: the notice still says it
             self._note(f"could not record worker {index}'s crash: {err}")
+
+    def _split_pack(self, index: int, p: WorkerProcess) -> None:
+        """The pack's self-check found it unsound (its SelfCheck records say why): once every
+        member's end is seen, its workers start again, each alone. Not a crash."""
+        members = [
+            q
+            for q in self._procs.values()
+            if q.process is p.process and q.spec.index not in self.settings.removed
+        ]
+        if all(q.handled for q in members):
+            self._split(members)
+            self._note(
+                f"workers {', '.join(str(q.spec.index) for q in members)} go on in a process "
+                "each: the self-check found their pack unsound"
+            )
 
     def _restart(self, index: int) -> None:
         """An automatic restart, from the merged weights at the step of the running workers

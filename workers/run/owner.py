@@ -73,6 +73,7 @@ class Run(BaseRun):
             stop=self._stop,
             note=self._note,
             respawn=self._respawn,
+            split=self._split,
             join_step=self._join_step,
             members_changed=self._write_members,
             # Read here, not at import, so that it can be changed (tests lengthen it).
@@ -197,6 +198,19 @@ class Run(BaseRun):
         self._spawn(
             [self._spec(m, resume=False, from_merged=True, join_step=join_step) for m in pack]
         )
+
+    def _split(self, pack: list[WorkerProcess]) -> None:
+        """A pack whose self-check found it unsound: each of its workers again, started as it
+        was (resumed, from the merged weights, ...) but in a process of its own, from now on
+        (run.json keeps them apart)."""
+        indices = [p.spec.index for p in pack]
+        apart = tuple(sorted({*self.settings.apart, *indices}))
+        self._save_settings(dataclasses.replace(self.settings, apart=apart))
+        for p in pack:
+            s = p.spec
+            self._spawn(
+                [self._spec(s.index, s.resume, s.start_from_merged, max(s.join_step, p.join.value))]
+            )
 
     def _spawn(self, specs: list[WorkerSpec]) -> None:
         handles = spawn(self._ctx, specs, self._pause, self._stop)

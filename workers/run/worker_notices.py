@@ -1,6 +1,7 @@
 """What the workers recorded that the user must hear of even without a window: a refused knob
-record (once, however many workers refused it), where each worker resumed from, a worker paused
-for want of disk space and going on again. The monitor (monitor.py) asks for them each look."""
+record (once, however many workers refused it), where each worker resumed from, the fast path
+each process trains on (its start-up self-check: once per process), a worker paused for want
+of disk space and going on again. The monitor (monitor.py) asks for them each look."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from workers.run.spawn import WorkerProcess
 from workers.rundir.directory import human_size
 from workers.rundir.paths import metrics_name
-from workers.rundir.records import KnobsRefused, Resumed, parse_records
+from workers.rundir.records import KnobsRefused, Resumed, SelfCheck, parse_records
 from workers.rundir.settings import RunSettings
 from workers.training.spec import STATES
 
@@ -24,6 +25,7 @@ class WorkerNotices:
         self.path, self._settings, self._note = path, settings, note
         self._scanned: dict[int, int] = {}  # bytes of each worker's records read so far
         self._refusals_told: set = set()
+        self._checks_told: set[str] = set()
         self._disk_full: set[int] = set()  # workers told of as paused for want of disk space
 
     def from_now(self) -> None:
@@ -35,7 +37,7 @@ class WorkerNotices:
     def scan_records(self) -> None:
         """Notices of what the workers recorded that the user must hear of even without a
         window: a refused knob record (once, however many workers refused it), the step each
-        worker resumed from (and a damaged checkpoint passed over)."""
+        worker resumed from (and a damaged checkpoint passed over), each process's fast path."""
         for index in range(self._settings().workers):
             path = self.path / metrics_name(index)
             try:
@@ -54,6 +56,9 @@ class WorkerNotices:
                     if key not in self._refusals_told:
                         self._refusals_told.add(key)
                         self._note(record.message, in_record=True)
+                elif isinstance(record, SelfCheck) and record.message not in self._checks_told:
+                    self._checks_told.add(record.message)  # a pack's workers record one line
+                    self._note(record.message, in_record=True)
 
     def watch_disk(self, procs: dict[int, WorkerProcess]) -> None:
         """Say when a worker pauses because a write failed for want of space, and when it

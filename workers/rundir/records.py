@@ -108,6 +108,23 @@ class FirstUpdate(Record):
     seconds: float  # from the worker's process start (compiling included)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SelfCheck(Record):
+    """The start-up self-check (agent/self_check.py): the fast path a process trains on, and
+    why. Each of a pack's workers records the same line."""
+
+    KIND: ClassVar[str] = "self_check"
+    path: str  # graphs, compile or eager; split: one process per worker from now on
+    pack: int  # workers computed as one model
+    bf16: bool
+    asked: str  # auto (the check chose), or the path asked for by hand (--fast-path)
+    sound: bool  # the path trained on agrees with the plain path (or is it, or a split)
+    seconds: float  # the check's time, compile_seconds of it compiling
+    compile_seconds: float = 0.0
+    trials: tuple[str, ...] = ()  # each path tried, in order, with its outcome
+    message: str  # the one line: what runs, and why
+
+
 # Merging -----------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class Merge(Record):

@@ -43,9 +43,13 @@ class RunSettings:
     # The race's lanes the run was created with (--lane): no pack spans two. The live lanes,
     # which a race started later or a promotion changes, are in the knob record (knobs.json).
     lanes: tuple[tuple[int, ...], ...] = ()
+    # Workers the start-up self-check split out of their pack (it found the pack unsound):
+    # each trains in a process of its own from then on, a resumed run's too.
+    apart: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
+        object.__setattr__(self, "apart", tuple(self.apart))
         object.__setattr__(self, "lanes", tuple(tuple(lane) for lane in self.lanes))
         if self.workers < 1:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
@@ -70,14 +74,19 @@ class RunSettings:
     def packs(self) -> list[list[int]]:
         """Workers trained together, one process each: the run's first workers in packs of
         `pack` (the last one smaller if need be; a race's lanes each apart, as their planning
-        shapes differ), each worker added later alone; removed workers left out."""
+        shapes differ), each worker added later or split apart alone; removed workers left
+        out."""
         first, size = self.workers - self.added, max(self.pack, 1)
         groups = []
         for part in self._lane_parts(first):
             groups += [part[i : i + size] for i in range(0, len(part), size)]
         groups += [[i] for i in range(first, self.workers)]
-        kept = [[i for i in g if i not in self.removed] for g in groups]
-        return [g for g in kept if g]
+        packs = []
+        for group in groups:
+            kept = [i for i in group if i not in self.removed]
+            together = [i for i in kept if i not in self.apart]
+            packs += ([together] if together else []) + [[i] for i in kept if i in self.apart]
+        return packs
 
     def _lane_parts(self, first: int) -> list[list[int]]:
         """The run's first workers in runs of neighbours that share a lane (or no lane)."""

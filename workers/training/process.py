@@ -27,9 +27,10 @@ from workers.rundir.paths import metrics_name, weights_name
 from workers.rundir.records import Error, RunDirGone
 from workers.rundir.sinks import attach_exporters
 from workers.training.disk_guard import dir_identity
+from workers.training.fast_path import self_check
 from workers.training.first_weights import start_worker
 from workers.training.hooks import WorkerHooks
-from workers.training.spec import DOES_NOT_FIT, RUN_DIR_GONE, WorkerLink
+from workers.training.spec import DOES_NOT_FIT, RUN_DIR_GONE, SPLIT_PACK, WorkerLink
 from workers.training.trainer import Trainer
 
 
@@ -91,6 +92,12 @@ def worker_main(links: list[WorkerLink], pause: Any, stop: Any) -> None:
         start = None
         for k, link in enumerate(links):
             start = start_worker(link.spec, trainer, k, link.join) or start
+        verdict = self_check(trainer, runs, who, can_split=not spec.distributed)
+        if spec.distributed:  # a rank's records are gathered later: say it now
+            print(f"{who}: {verdict.line()}", file=sys.stderr)
+        if verdict.path.split:  # the run starts each worker in a process of its own
+            trainer.env.close()
+            raise SystemExit(SPLIT_PACK)
         hooks = WorkerHooks(links, trainer, pause, stop, terminated, start=start, started=started)
         summary = trainer.run(hooks)
         hooks.checkpoint()

@@ -38,6 +38,7 @@ STATES = (
 
 RUN_DIR_GONE = 3  # a worker's exit code when its run directory vanished
 DOES_NOT_FIT = 4  # its exit code when the GPU ran out of memory: restarting would not help
+SPLIT_PACK = 5  # a pack's exit code when its self-check found the pack unsound: run it apart
 
 
 @dataclass(frozen=True)
