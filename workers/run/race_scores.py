@@ -96,11 +96,14 @@ class LaneEpisodes:
 def _replicas(rets: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
     """(R, n) a worker's returns: as they were, then (rng given) REPLICAS residual-bootstrap
     replicas: each episode's local trend (the mean of the 5 around it) plus a residual drawn
-    from the worker's own, so that learning stays and the episode-to-episode noise is redrawn."""
+    from the worker's own, so that learning stays and the episode-to-episode noise is redrawn.
+    A residual is taken against the mean of the 4 others (not counting the episode itself,
+    which would shrink it), scaled to one episode's noise."""
     if rng is None:
         return rets[None, :]
-    trend = np.convolve(np.pad(rets, 2, mode="edge"), np.ones(5) / 5, mode="valid")
-    residuals = rets - trend
+    window = np.convolve(np.pad(rets, 2, mode="edge"), np.ones(5), mode="valid")
+    residuals = (rets - (window - rets) / 4) * np.sqrt(4 / 5)
+    trend = window / 5
     draws = trend + residuals[rng.integers(0, len(rets), size=(REPLICAS, len(rets)))]
     return np.vstack([rets[None, :], draws])
 

@@ -29,7 +29,9 @@ from workers.rundir.records import (
 )
 
 FRACTIONS = (0.5, 0.75, 0.9)  # thresholds, as fractions from the starting level to the top
-MIN_EPISODES = 3  # episodes each lane needs in the race before a leader is named
+# Episodes each lane needs in the race before a leader is named: a spread from fewer is not
+# to be trusted (at the start a single lucky episode decides).
+MIN_EPISODES = 10
 OFF = (Pause, Stop, Crashed)  # a worker trains no more after these until its next record
 
 
