@@ -14,7 +14,7 @@ from agent.config import Config
 from agent.errors import UserError
 from bench.learning import learning_benchmark
 from bench.pack import format_pack, pack_benchmark, parse_packs
-from bench.race import race_benchmark
+from bench.race import race_benchmark, race_history
 from bench.run import (
     live_benchmark,
     merge_benchmark,
@@ -95,6 +95,15 @@ def build_bench_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --self-check: the largest gap of each compared value over N check seeds",
     )
+    parser.add_argument(
+        "--race-table",
+        default=None,
+        metavar="RUN_DIR",
+        help="the race table of a run as it stood at the minutes --at gives, and at the end",
+    )
+    parser.add_argument(
+        "--at", default="5,10,20", metavar="5,10,20", help="minutes into the race (--race-table)"
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="phase length (--live)")
     parser.add_argument("--merge-gain", default="", metavar="1,2,4", help="steps to --threshold")
     parser.add_argument("--threshold", type=float, default=550.0, help="eval return (--merge-gain)")
@@ -122,6 +131,10 @@ def build_bench_parser() -> argparse.ArgumentParser:
 
 def run_bench(args: argparse.Namespace, cfg: Config) -> int:
     """Run the benchmark the flags choose (the first mode flag given wins), print its result."""
+    if args.race_table:
+        minutes = [float(m) for m in args.at.split(",") if m.strip()]
+        print(race_history(args.race_table, minutes))
+        return 0
     if args.learning:
         result = learning_benchmark(cfg, args.run_dir)
         if args.json:

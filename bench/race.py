@@ -7,13 +7,18 @@ second)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from agent.config import Config
+from agent.errors import UserError
 from viewer.controller import POLL_S
 from viewer.model import RunModel
 from workers.run.owner import Run, RunSettings
+from workers.run.race_text import race_of
+from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import Lane
 from workers.rundir.records import KnobsApplied
+from workers.rundir.settings import read_record
 
 
 def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> dict:
@@ -77,3 +82,19 @@ def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         # One rebuild per controller refresh (POLL_S): the share of one core it takes.
         "race_table_core_share": round(table_s / POLL_S, 5),
     }
+
+
+def race_history(run_dir: str, minutes: list[float]) -> str:
+    """`bench --race-table RUN_DIR --at 5,10,20`: the race table of a run as it stood at each
+    of those minutes of wall time after the race began, and now, read from its files."""
+    path = Path(run_dir)
+    cfg, settings = read_record(path)
+    record = KnobStore(path).last_good_record(cfg)
+    if record is None or not record.lanes:
+        raise UserError(f"{path} holds no race (its knob record has no lanes)")
+    parts = []
+    for at in [*minutes, None]:
+        title = "at the end" if at is None else f"{at:g} minutes into the race"
+        table = race_of(path, record, None, cfg.task, cfg.resolved_seed_steps, at_minutes=at)
+        parts.append(f"{title}:\n{table or '(no race yet)'}")
+    return "\n\n".join(parts)

@@ -2,12 +2,24 @@
 different sizes, a pause, a lane without an episode yet, a lead within the noise, and the merge
 gain's arithmetic. No processes: records as the workers write them, fed to the tracker."""
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from workers.run.race_table import Gain, RaceTracker
-from workers.run.race_text import race_text
-from workers.rundir.records import Episode, Eval, KnobRecord, KnobsApplied, Pause, Resume
+from workers.run.race_text import race_of, race_text
+from workers.rundir.records import (
+    Checkpoint,
+    Episode,
+    Eval,
+    KnobRecord,
+    KnobsApplied,
+    Pause,
+    Resume,
+    Stop,
+)
 
 T0 = 1000.0  # when the race began (wall clock)
 
@@ -215,3 +227,28 @@ def test_seeding_and_pretraining_are_shown_and_the_same_for_every_lane():
     late.seed_steps = 100
     late.ingest(_episodes(0, [10], [1], [50]) + _episodes(1, [12], [1], [150]))
     assert late.table(record, _progress(record), now=T0 + 40).warmup is None  # 0 still seeds
+
+
+def test_a_stopped_race_keeps_its_clock_and_reads_back_as_it_stood_at_a_minute(tmp_path):
+    """The checkpoint a worker writes as it stops does not start its clock again; a finished
+    run's table can be read as it stood at a minute of the race (bench --race-table)."""
+    record = _record(((0,), (1,)))
+    lines = {w: [] for w in (0, 1)}
+    for w in (0, 1):
+        applied = KnobsApplied(step=0, time=T0, version=1, values={}, lane=w)
+        rets = [10, 20, 30, 40, 50] if w == 0 else [10, 10, 10, 10, 10]
+        episodes = _episodes(w, [60, 120, 180, 240, 300], rets)
+        stop = [Stop(step=500, time=T0 + 310, reason="done")]
+        stop.append(Checkpoint(step=500, time=T0 + 311, path="checkpoints/worker.pt"))
+        lines[w] = [applied, *episodes, *stop]
+        (tmp_path / f"worker-{w}.jsonl").write_text(
+            "".join(json.dumps(r.to_json()) + "\n" for r in lines[w])
+        )
+    tracker = RaceTracker()
+    tracker.ingest(replace(r, worker=w) for w in (0, 1) for r in lines[w])
+    assert tracker.table(record, [], now=T0 + 5000).clock == pytest.approx(310.0)
+    early = race_of(tmp_path, record, None, "no-such-task", at_minutes=2.5)
+    assert "steps/worker" in early and "averaged over 2:30 of training" in early
+    rows = [line.split() for line in early.splitlines()[1:3]]
+    assert {row[0]: row[3] for row in rows} == {"0": "200", "1": "200"}  # steps by then
+    assert "averaged over 5:10 of training" in race_of(tmp_path, record, None, "no-such-task")

@@ -24,15 +24,22 @@ from workers.rundir.records import (
     Pause,
     Pretraining,
     Record,
+    Resume,
+    Resumed,
     Seeding,
+    StartedFresh,
+    StartedFromMerged,
     Stop,
+    Train,
 )
 
 FRACTIONS = (0.5, 0.75, 0.9)  # thresholds, as fractions from the starting level to the top
 # Episodes each lane needs in the race before a leader is named: a spread from fewer is not
 # to be trusted (at the start a single lucky episode decides).
 MIN_EPISODES = 10
-OFF = (Pause, Stop, Crashed)  # a worker trains no more after these until its next record
+OFF = (Pause, Stop, Crashed)  # a worker trains no more after these until it is back:
+# records written only while a worker trains (a checkpoint is also written as it stops)
+ON = (Resume, Resumed, StartedFromMerged, StartedFresh, Seeding, Pretraining, Episode, Train)
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,8 @@ class RaceTracker:
             w, changes = r.worker, self.onoff[r.worker]
             if isinstance(r, OFF):
                 changes.append((r.time, False))
-            elif changes and not changes[-1][1]:
-                changes.append((r.time, True))  # a record after a pause or stop: training
+            elif isinstance(r, ON) and changes and not changes[-1][1]:
+                changes.append((r.time, True))  # back after a pause or stop
             if isinstance(r, KnobsApplied):
                 self.applied[w].append((r.time, r.version, r.lane))
             elif isinstance(r, Episode):

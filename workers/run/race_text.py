@@ -9,7 +9,7 @@ from pathlib import Path
 from agent.published import published_curve
 from workers.run.race_table import Gain, LaneRow, RaceTable, RaceTracker
 from workers.rundir.paths import metrics_name
-from workers.rundir.records import KnobRecord, parse_records
+from workers.rundir.records import KnobRecord, Train, parse_records
 
 
 def race_text(table: RaceTable) -> str:
@@ -109,17 +109,47 @@ def clock_text(seconds: float | None) -> str:
 
 
 def race_of(
-    path: Path, record: KnobRecord, progress: list[dict], task: str, seed_steps: int | None = None
+    path: Path,
+    record: KnobRecord,
+    progress: list[dict] | None,
+    task: str,
+    seed_steps: int | None = None,
+    at_minutes: float | None = None,
 ) -> str:
-    """The race table of the run in `path` as text, read from its files ("" outside a race)."""
+    """The race table of the run in `path` as text, read from its files ("" outside a race).
+    `at_minutes`: as it stood that many minutes of wall time after the race began (only the
+    records written by then; steps and steps/s from them when `progress` is None)."""
     if not record.lanes:
         return ""
     curve = published_curve(task)
-    tracker = RaceTracker(float(curve[1][-1]) if curve is not None else None, seed_steps)
-    for worker in {w for lane in record.lanes for w in lane}:
+    published = float(curve[1][-1]) if curve is not None else None
+    records = []
+    for worker in sorted({w for lane in record.lanes for w in lane}):
         try:
-            tracker.ingest(parse_records((path / metrics_name(worker)).read_bytes(), worker)[0])
+            records += parse_records((path / metrics_name(worker)).read_bytes(), worker)[0]
         except OSError:
             continue  # a worker without a file yet: no row data
-    table = tracker.table(record, progress, time.time())
+    now = time.time()
+    if at_minutes is not None:
+        everything = RaceTracker(published, seed_steps)
+        everything.ingest(records)
+        start = everything.start_time(record)
+        if start is None:
+            return ""
+        now = start + 60 * at_minutes
+        records = [r for r in records if r.time <= now]
+    tracker = RaceTracker(published, seed_steps)
+    tracker.ingest(records)
+    table = tracker.table(record, progress or progress_of(records), now)
     return "" if table is None else race_text(table)
+
+
+def progress_of(records: list) -> list[dict]:
+    """Each worker's step and steps/s as its records last said (for a table read later)."""
+    last: dict[int, dict] = {}
+    for r in records:
+        row = last.setdefault(r.worker, {"worker": r.worker, "step": 0.0, "steps_per_s": 0.0})
+        row["step"] = max(row["step"], float(r.step or 0))
+        if isinstance(r, Train):
+            row["steps_per_s"] = r.steps_per_s
+    return list(last.values())
