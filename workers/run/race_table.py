@@ -34,11 +34,8 @@ from workers.rundir.records import (
 )
 
 FRACTIONS = (0.5, 0.75, 0.9)  # thresholds, as fractions from the starting level to the top
-# Episodes each lane needs in the race before a leader is named: a spread from fewer is not
-# to be trusted (at the start a single lucky episode decides).
-MIN_EPISODES = 10
-OFF = (Pause, Stop, Crashed)  # a worker trains no more after these until it is back:
-# records written only while a worker trains (a checkpoint is also written as it stops)
+MIN_EPISODES = 10  # each lane's, before a leader is named: a spread from fewer is not trusted
+OFF = (Pause, Stop, Crashed)  # a worker trains no more after these, until one of:
 ON = (Resume, Resumed, StartedFromMerged, StartedFresh, Seeding, Pretraining, Episode, Train)
 
 
