@@ -107,6 +107,8 @@ def test_the_door_only_passes_names_on():
     tree = ast.parse((ROOT / "workers" / "door.py").read_text())
     kinds = {type(node).__name__ for node in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Assign"}  # docstring, re-exports, __all__
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert assigned == ["__all__"]
     import workers.door
 
     assert sorted(workers.door.__all__) == sorted(
