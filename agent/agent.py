@@ -70,8 +70,9 @@ def clip_per_worker(params: Sequence[torch.Tensor], max_norm: float) -> torch.Te
 
 
 class TDMPC2(PackState):
-    """One TD-MPC2 agent, or a pack of len(seeds) workers. Knobs in KNOB_RANGES may change
-    between any two calls; they apply to every worker of the pack at once."""
+    """One TD-MPC2 agent, or a pack of len(seeds) workers. Its live knobs (agent/knobs.py, the
+    agent's layer: `set_knobs`) may change between any two calls; they apply to every worker
+    of the pack at once."""
 
     # A pack on a CPU runs each worker's update and plan on a thread of its own; tests turn it
     # off to check that the batched path, the one a GPU takes, gives the same values.

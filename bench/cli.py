@@ -23,11 +23,16 @@ from bench.run import (
 )
 from bench.self_check import format_self_check, gap_benchmark, self_check_benchmark
 from bench.speed import print_table, speed_benchmark
-from workers.cli.flags import add_common_flags, add_config_flags
-from workers.cli.new_run import config_from_args, default_run_dir
-from workers.cli.parser import CliParser
-from workers.host.threads import apply_threads, check_threads
-from workers.rundir.settings import RunSettings
+from workers.door import (
+    CliParser,
+    RunSettings,
+    add_common_flags,
+    add_config_flags,
+    apply_threads,
+    check_threads,
+    config_from_args,
+    default_run_dir,
+)
 
 BENCH_EPILOG = """examples:
   python3 launch.py bench --model-size 5 --device cpu

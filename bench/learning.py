@@ -9,7 +9,7 @@ import numpy as np
 
 from agent.config import Config
 from agent.published import published_curve
-from workers.cli.new_run import default_run_dir
+from workers.door import default_run_dir
 
 
 def compare_with_published(

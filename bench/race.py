@@ -13,11 +13,11 @@ from agent.config import Config
 from agent.errors import UserError
 from viewer.controller import POLL_S
 from viewer.model import RunModel
-from workers.run.owner import Run, RunSettings
+from workers.door import KnobsApplied, Lane, Run, RunSettings
+
+# race_history reads a finished run's files, which no run API offers.
 from workers.run.race_text import race_of
 from workers.rundir.knob_record import KnobStore
-from workers.rundir.lanes import Lane
-from workers.rundir.records import KnobsApplied
 from workers.rundir.settings import read_record
 
 

@@ -17,9 +17,10 @@ from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import env_of
 from agent.errors import UserError
+from workers.door import Eval, KnobsApplied, Run, RunSettings
+
+# The merge and Adam-moment benchmarks time the machinery itself, inside workers/.
 from workers.merging.files import FileMergeBackend, average_states, distance
-from workers.run.owner import Run, RunSettings
-from workers.rundir.records import Eval, KnobsApplied
 from workers.training.loop_hooks import NoHooks, StopTraining
 from workers.training.trainer import Trainer
 

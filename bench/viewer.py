@@ -21,15 +21,20 @@ from pathlib import Path
 import numpy as np
 
 from agent.envs import env_of
+from agent.errors import UserError
 from bench.cli import build_bench_parser
 from viewer.app import FRAME_H, FRAME_W, App
 from viewer.controller import WORKER_NICE, Controller
 from viewer.main import check_display
-from workers.cli.headless import demo_requested
-from workers.cli.new_run import config_from_args, default_run_dir
-from workers.cli.presets import UserError, demo_preset
-from workers.run.owner import Run, RunSettings
-from workers.showcase.replay import MODES
+from workers.door import (
+    MODES,
+    Run,
+    RunSettings,
+    config_from_args,
+    default_run_dir,
+    demo_preset,
+    demo_requested,
+)
 
 
 def step_seconds(cfg) -> float:

@@ -1,6 +1,7 @@
 """The house plan (ARCHITECTURE.md) held by the code itself: rooms import only downward, workers/
-sub-packages only the ones ARCHITECTURE.md lets them, no folder outgrows a screen of names, a
-long module says why, and the run's merge-frequency default is written once."""
+sub-packages only the ones ARCHITECTURE.md lets them, the viewer enters workers/ by one door, no
+folder outgrows a screen of names, a long module says why, and the run's merge-frequency
+default is written once."""
 
 import ast
 import re
@@ -19,6 +20,15 @@ WORKERS = {
     "showcase": {"host", "rundir"},
     "run": {"host", "rundir", "merging", "training", "showcase"},
     "cli": {"host", "rundir", "merging", "training", "showcase", "run"},
+}
+DOOR = "workers.door"  # the window's one way into workers/ (it may import every sub-package)
+# What bench/ takes from the door where it drives whole runs: the run API and the new run.
+RUN_API = {
+    "workers.run.owner",
+    "workers.run.base",
+    "workers.run.attached",
+    "workers.cli.new_run",
+    "workers.rundir.settings.RunSettings",
 }
 MAX_MODULES, MAX_LINES = 16, 300
 
@@ -39,6 +49,20 @@ def imported(path: Path) -> set[str]:
     return names
 
 
+def workers_modules(path: Path) -> set[str]:
+    """The modules of workers/ that `path` imports (`from workers import x`: workers.x)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "workers":
+                names.update(f"workers.{a.name}" for a in node.names)
+            else:
+                names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return {n for n in names if n.split(".")[0] == "workers"}
+
+
 def test_rooms_import_only_downward():
     wrong = []
     for path in modules():
@@ -52,15 +76,57 @@ def test_workers_sub_packages_import_only_those_the_rule_allows():
     assert {
         p.name for p in (ROOT / "workers").iterdir() if p.is_dir() and p.name != "__pycache__"
     } == set(WORKERS)
-    assert [p.name for p in (ROOT / "workers").glob("*.py")] == ["__init__.py"]
+    assert sorted(p.name for p in (ROOT / "workers").glob("*.py")) == ["__init__.py", "door.py"]
     wrong = []
     for path in (ROOT / "workers").rglob("*.py"):
         own = path.relative_to(ROOT / "workers").parts[0]
+        if own == "door.py":  # re-exports from every sub-package
+            continue
+        if DOOR in workers_modules(path):  # the door is for those outside
+            wrong.append((str(path.relative_to(ROOT)), DOOR))
         for name in imported(path):
             parts = name.split(".")
             if parts[0] == "workers" and len(parts) > 1 and parts[1] in WORKERS:
                 if parts[1] != own and parts[1] not in WORKERS[own]:
                     wrong.append((str(path.relative_to(ROOT)), name))
+    assert wrong == []
+
+
+def test_the_viewer_enters_workers_only_through_the_door():
+    wrong = [
+        (str(path.relative_to(ROOT)), name)
+        for path in sorted((ROOT / "viewer").rglob("*.py"))
+        for name in workers_modules(path)
+        if name != DOOR
+    ]
+    assert wrong == []
+
+
+def test_the_door_only_passes_names_on():
+    """Nothing the window calls per frame goes through an extra layer: the door defines nothing."""
+    tree = ast.parse((ROOT / "workers" / "door.py").read_text())
+    kinds = {type(node).__name__ for node in tree.body}
+    assert kinds <= {"Expr", "ImportFrom", "Assign"}  # docstring, re-exports, __all__
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert assigned == ["__all__"]
+    import workers.door
+
+    assert sorted(workers.door.__all__) == sorted(
+        a.asname or a.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for a in node.names
+    )
+
+
+def test_bench_drives_whole_runs_through_the_door():
+    """Its micro-benchmarks (a merge, a pack, one trainer) may reach inside workers/."""
+    wrong = [
+        (str(path.relative_to(ROOT)), name)
+        for path in sorted((ROOT / "bench").rglob("*.py"))
+        for name in imported(path)
+        if name in RUN_API
+    ]
     assert wrong == []
 
 

@@ -15,16 +15,20 @@ import time
 import traceback
 from collections.abc import Callable
 
+from agent.errors import UserError
 from viewer.machine_use import MachineUse
 from viewer.model import RunModel
 from viewer.series import published_curve, published_note
 from viewer.view import ChartOptions, RaceView, View
-from workers.cli.presets import UserError
-from workers.run.base import BaseRun
-from workers.run.race import check_race, sharing
-from workers.rundir.lanes import Lane, describe_lane
-from workers.rundir.requests import served_notice
-from workers.showcase.shown_weights import lane_source
+from workers.door import (
+    BaseRun,
+    Lane,
+    check_race,
+    describe_lane,
+    lane_source,
+    served_notice,
+    sharing,
+)
 
 POLL_S = 0.25
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training

@@ -8,11 +8,15 @@ import os
 import signal
 import sys
 
+from agent.errors import UserError
 from viewer.runs import initial_run
-from workers.cli.flags import build_parser
-from workers.cli.presets import UserError
-from workers.host.precision import describe_precision
-from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
+from workers.door import (
+    WINDOW_THREADS,
+    apply_threads,
+    build_parser,
+    check_threads,
+    describe_precision,
+)
 
 
 def check_display() -> None:

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from agent.knobs import knobs
 from viewer.series import Series, chart_line
-from workers.run.race_table import LaneRow, RaceTracker
-from workers.rundir.records import (
+from workers.door import (
     Crashed,
     Episode,
     Error,
@@ -22,8 +21,10 @@ from workers.rundir.records import (
     KnobRecord,
     KnobsApplied,
     KnobsRefused,
+    LaneRow,
     Merge,
     MergeSkipped,
+    RaceTracker,
     Record,
     Resumed,
     SelfCheck,

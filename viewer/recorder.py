@@ -16,6 +16,14 @@ import imageio.v2 as imageio
 import imageio.v3 as iio
 import numpy as np
 
+from workers.door import RUNS
+
+
+def media_dir(run_path: str | Path | None) -> Path:
+    """Where screenshots and clips go: the run's media/ folder; with no run open, media/ beside
+    the runs, where git ignores it as it does the runs."""
+    return Path(run_path or RUNS) / "media"
+
 
 def media_path(directory: str | Path, stem: str, suffix: str) -> Path:
     """A new file name in `directory` (created), stamped with the time."""

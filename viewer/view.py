@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from viewer.model import KnobRow
-from workers.run.race_table import LaneRow, RaceTable
-from workers.run.wording import OWNED, Wording
+from workers.door import OWNED, LaneRow, RaceTable, Wording
 
 
 @dataclass(frozen=True)

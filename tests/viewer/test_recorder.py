@@ -1,9 +1,13 @@
-"""Screenshots and clips of the viewport, written off the GUI thread."""
+"""Screenshots and clips of the viewport, written off the GUI thread, in the run's media/ folder."""
+
+from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
 
-from viewer.recorder import ClipRecorder, save_screenshot
+from viewer.recorder import ClipRecorder, media_dir, save_screenshot
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def frames(count: int) -> list[np.ndarray]:
@@ -41,3 +45,11 @@ def test_a_clip_that_cannot_be_written_reports_instead_of_raising(tmp_path):
     recorder.add(frames(1)[0])
     recorder.stop(timeout=30)
     assert recorder.error is not None
+
+
+def test_pictures_go_to_the_runs_media_folder_and_with_no_run_where_git_ignores_them():
+    assert media_dir("runs/walker-walk-1") == Path("runs/walker-walk-1/media")
+    nowhere = media_dir(None)
+    assert not nowhere.is_absolute()  # beside the runs, from where the window was started
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert f"{nowhere.parts[0]}/" in ignored, nowhere

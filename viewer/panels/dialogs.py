@@ -1,6 +1,6 @@
 """The menu bar and the windows it opens: help, the new-run dialog, and the directory picker for
-resuming or attaching to a run. A run is made from the dialog's fields by `viewer.runs` and
-handed to the controller, which starts it off the GUI thread."""
+resuming or attaching to a run. A new run is the one the dialog's fields ask for as flags
+(workers/cli/new_run.py), handed to the controller, which starts it off the GUI thread."""
 
 from __future__ import annotations
 
@@ -12,13 +12,20 @@ from agent.knobs import knobs
 from viewer.controller import Controller
 from viewer.panels import TextStyles
 from viewer.view import View
-from workers.cli.presets import cuda_available, demo_preset, model_sizes, tasks
-from workers.rundir.settings import RunSettings
+from workers.door import (
+    RunSettings,
+    cuda_available,
+    demo_preset,
+    model_sizes,
+    new_run_from_dialog,
+    tasks,
+)
 
 HELP = """Keyboard (as in the MuJoCo viewer, where they fit)
   Space       pause / resume rendering (training goes on)
   Backspace   reset the showcase episode
-  Ctrl+P      screenshot of the viewport (PNG in the run's media/ folder)
+  Ctrl+P      screenshot of the viewport (PNG in the run's media/ folder;
+              no run open: runs/media/)
   Ctrl+R      start / stop recording a clip (MP4, else GIF)
   F1          this help
   Ctrl+Q      quit (workers stop and write a checkpoint)
@@ -172,10 +179,8 @@ class DialogsPanel:
         dpg.show_item("new_run")
 
     def _start_new_run(self) -> None:
-        from viewer.runs import new_run
-
         try:
-            make = new_run(
+            make = new_run_from_dialog(
                 task=dpg.get_value("new_gym_task").strip() or dpg.get_value("new_task"),
                 model_size=int(dpg.get_value("new_size") or 1),
                 workers=int(dpg.get_value("new_workers")),
@@ -185,7 +190,7 @@ class DialogsPanel:
                 run_dir=dpg.get_value("new_dir").strip() or None,
                 cpu_planning=bool(dpg.get_value("new_cpu_planning")),
                 lanes=dpg.get_value("new_lanes"),
-            )
+            ).create
         except Exception as err:  # bad input: shown in the dialog, nothing started
             dpg.set_value("new_error", str(err))
             return

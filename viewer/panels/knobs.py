@@ -18,7 +18,7 @@ import dearpygui.dearpygui as dpg
 from agent.knobs import knobs
 from viewer.panels import TextStyles
 from viewer.view import View
-from workers.run.race import MAX_LANES
+from workers.door import MAX_LANES
 
 ALL_LANES = "all lanes"
 

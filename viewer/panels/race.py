@@ -16,14 +16,7 @@ from agent.errors import ConfigError
 from viewer.controller import Controller
 from viewer.panels import TextStyles, data_table
 from viewer.view import View
-from workers.run.race import MAX_LANES
-from workers.run.race_text import (
-    level_text,
-    reached_text,
-    row_cells,
-    summary_lines,
-)
-from workers.rundir.lanes import parse_lane
+from workers.door import MAX_LANES, level_text, parse_lane, reached_text, row_cells, summary_lines
 
 COLUMNS = ("", "lane", "knobs", "workers", "steps", "steps/s", "return", "eval (n)", "score")
 THRESHOLDS = 3  # the race table's threshold columns (workers/run/race_table.py FRACTIONS)

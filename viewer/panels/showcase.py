@@ -17,7 +17,7 @@ import numpy as np
 
 from viewer import theme
 from viewer.controller import Controller
-from viewer.recorder import ClipRecorder, save_screenshot
+from viewer.recorder import ClipRecorder, media_dir, media_path, save_screenshot
 from viewer.view import View
 
 FRAME_H, FRAME_W = 300, 400
@@ -178,7 +178,7 @@ class ShowcasePanel:
         self._update_overlay()
 
     def media_dir(self) -> Path:
-        return Path(self.view.run_path or ".") / "media"
+        return media_dir(self.view.run_path)
 
     def screenshot(self, *_) -> None:
         if self.last_frame is None:
@@ -192,8 +192,7 @@ class ShowcasePanel:
         self.notify(f"screenshot saved: {path}")
 
     def window_screenshot(self, *_) -> None:
-        path = self.media_dir() / f"window-{time.strftime('%Y%m%d-%H%M%S')}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = media_path(self.media_dir(), "window", ".png")
         dpg.output_frame_buffer(file=str(path))
         self.notify(f"window screenshot saved: {path}")
 

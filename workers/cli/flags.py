@@ -204,7 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(--workers may be left out when every lane gives its size)",
     )
     multi.add_argument(
-        "--checkpoint-every", type=int, default=10_000, metavar="STEPS", help="agent steps"
+        "--checkpoint-every",
+        type=int,
+        default=RunSettings.checkpoint_every,
+        metavar="STEPS",
+        help="agent steps",
     )
     multi.add_argument(
         "--max-restarts",
@@ -212,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="restart a crashed worker from the merged weights at most N times, after 2, 4, "
-        "8... s (default: 3; 0: never; a resumed run keeps its own unless given)",
+        f"8... s (default: {RunSettings.max_restarts}; 0: never; a resumed run keeps its own "
+        "unless given)",
     )
     multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
     parser.add_argument(

@@ -1,6 +1,6 @@
 """Headless training from launch.py's command line: a run of its workers with a progress line,
-and the exit code (a rank of a torchrun job: torchrun.py). The flags are in
-flags.py, the config and settings they make in start.py."""
+and the exit code (a rank of a torchrun job: torchrun.py). The flags are in flags.py, the run
+they start or resume in new_run.py."""
 
 from __future__ import annotations
 
@@ -8,19 +8,12 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 from agent.errors import UserError
 from workers.cli.flags import build_parser
 from workers.host.precision import describe_precision
 from workers.host.signals import StopSignals
 from workers.host.threads import check_threads, choose_threads
-
-
-def demo_requested(args: argparse.Namespace) -> bool:
-    """Neither a task nor a model size given: the window starts its demo preset."""
-    return args.task is None and args.model_size is None
-
 
 RACE_TABLE_S = 300.0  # a headless race prints its table this often
 
@@ -34,18 +27,13 @@ def _exit_code(interrupted: bool, stops: StopSignals | None) -> int:
 
 
 def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> int:
-    from workers.cli.new_run import new_run_from_args
-    from workers.run.owner import Run
+    from workers.cli.new_run import new_run_from_args, resume_from_args
     from workers.training.process import DOES_NOT_FIT
     from workers.training.progress import WorkersProgress
     from workers.training.schedule import steps_warning
 
     if args.resume:
-        run = Run.resume(args.resume, steps=args.steps)
-        if args.threads:
-            run.settings = replace(run.settings, threads_per_worker=args.threads)
-        if args.max_restarts is not None:
-            run.settings = replace(run.settings, max_restarts=args.max_restarts)
+        run = resume_from_args(args)
     else:
         run = new_run_from_args(args, default_workers=1).create()  # --workers 0 is refused
         warning = steps_warning(run.cfg)

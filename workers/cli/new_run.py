@@ -1,24 +1,32 @@
-"""How a new run starts from the flags, written once for the command line, the window and a
-torchrun job: its config, its settings and its lanes, checked before anything is written."""
+"""How a run starts from the flags, written once for the command line, the window (its start-up
+and its new-run dialog, whose fields are flags) and a torchrun job: a new run's config, settings
+and lanes, checked before anything is written, or the run --resume names."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from agent.agent import resolve_device
 from agent.config import Config
 from agent.errors import ConfigError, UserError
-from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING
-from workers.cli.presets import Preset, preset_config
+from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING, build_parser
+from workers.cli.presets import CPU_PLANNING, Preset, demo_preset, preset_config
 from workers.run.owner import Run
 from workers.run.race import check_race
 from workers.run.start_weights import read_start_weights
 from workers.rundir.lanes import CONTROL, Lane, parse_lane, workers_for
 from workers.rundir.settings import RunSettings
+
+RUNS = Path("runs")  # where runs go unless told; git ignores all of it
+
+
+def demo_requested(args: argparse.Namespace) -> bool:
+    """Neither a task nor a model size given: the window starts its demo preset."""
+    return args.task is None and args.model_size is None
 
 
 def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> Config:
@@ -49,7 +57,7 @@ def config_from_args(args: argparse.Namespace, preset: Preset | None = None) -> 
 
 
 def default_run_dir(task: str) -> Path:
-    return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return RUNS / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def check_run_flags(args: argparse.Namespace) -> None:
@@ -98,20 +106,19 @@ def settings_from_args(
     args: argparse.Namespace, workers: int, preset: Preset | None = None
 ) -> RunSettings:
     """The run settings the flags ask for, with `workers` workers. The merge frequency:
-    --merge-every, else the preset's, else the run's default (RunSettings: the one place it
-    is written)."""
+    --merge-every, else the preset's; it and the restarts, when not given, are the run's
+    defaults (RunSettings: the one place each is written)."""
     merge_every = args.merge_every
     if merge_every is None and preset is not None:
         merge_every = preset.merge_every
-    chosen = {} if merge_every is None else {"merge_every": merge_every}
+    given = dict(merge_every=merge_every, max_restarts=args.max_restarts)
     return RunSettings(
         workers=workers,
-        **chosen,
+        **{name: value for name, value in given.items() if value is not None},
         checkpoint_every=args.checkpoint_every,
         tensorboard=not args.no_tensorboard,
         wandb=args.wandb,
         threads_per_worker=args.threads or 0,  # 0: workers/host/threads.py decides
-        max_restarts=3 if args.max_restarts is None else args.max_restarts,
         pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
     )
 
@@ -144,8 +151,56 @@ def new_run_from_args(
     workers = workers_from_args(args, lanes, default_workers)
     settings = settings_from_args(args, workers, preset)
     return checked(
-        NewRun(args.run_dir or default_run_dir(cfg.task), cfg, settings, lanes, args.load)
+        NewRun(Path(args.run_dir or default_run_dir(cfg.task)), cfg, settings, lanes, args.load)
     )
+
+
+def window_run_from_args(args: argparse.Namespace) -> NewRun:
+    """The new run the window opens on: the demo preset when neither a task nor a model size
+    is given; as many workers as the demo trains on this machine unless --workers says."""
+    demo = demo_preset(args.device)
+    return new_run_from_args(args, demo if demo_requested(args) else None, demo.workers)
+
+
+def new_run_from_dialog(
+    task: str,
+    model_size: int,
+    workers: int,
+    merge_every: int,
+    control_worker: bool,
+    device: str,
+    run_dir: str | None,
+    cpu_planning: bool,
+    lanes: str = "",
+) -> NewRun:
+    """The run the window's new-run dialog asks for: the run its fields would start as flags
+    (--task, --model-size, --merge-every, --control-worker, --device, --run-dir, a --lane per
+    ';' in `lanes`; every other flag at its default), training until stopped, with reduced
+    planning when `cpu_planning`. `workers` is the run's count unless every lane gives its
+    size (then their sum, as with --workers left out)."""
+    args = build_parser().parse_args([])
+    vars(args).update(
+        task=task,
+        model_size=model_size,
+        merge_every=merge_every,
+        control_worker=control_worker,
+        device=device,
+        run_dir=run_dir,
+        lane=lanes.split(";") if lanes.strip() else None,
+    )
+    planning = dict(CPU_PLANNING) if cpu_planning else {}
+    return new_run_from_args(args, Preset(task, model_size, workers, planning), workers)
+
+
+def resume_from_args(args: argparse.Namespace) -> Run:
+    """The run --resume names, with --steps, --threads and --max-restarts when given (else
+    those it ran with)."""
+    run = Run.resume(args.resume, steps=args.steps)
+    given = dict(threads_per_worker=args.threads, max_restarts=args.max_restarts)
+    changes = {name: value for name, value in given.items() if value is not None}
+    if changes:
+        run.settings = replace(run.settings, **changes)
+    return run
 
 
 def checked(run: NewRun) -> NewRun:

@@ -14,10 +14,7 @@ import torch
 
 from agent.config import MODEL_SIZES, Config, env_options, make_config
 from agent.envs import task_defaults, task_names
-from agent.errors import ConfigError, UserError
 from workers.host.precision import bf16_by_default
-
-__all__ = ["ConfigError", "UserError"]  # re-exported: the viewer knows workers/ only
 
 # Reduced planning for any task on a CPU (the new-run dialog's choice), 1000 seed steps.
 CPU_PLANNING = dict(num_samples=128, num_elites=16, num_pi_trajs=8, iterations=2, seed_steps=1000)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from agent.config import Config
 from agent.errors import UserError
-from workers.cli.new_run import config_from_args, default_run_dir
+from workers.cli.new_run import RUNS, config_from_args, default_run_dir
 from workers.merging.collective import init_group
 from workers.run.spawn import worker_spec
 from workers.rundir.directory import RunDir
@@ -187,7 +187,7 @@ def _agree_on_run(
 def _default_path(task: str) -> Path:
     """Without --run-dir: a name torchrun's restarts find again (the job's id is kept)."""
     job = os.environ.get("TORCHELASTIC_RUN_ID")
-    return Path("runs") / f"{task}-{job}" if job and job != "none" else default_run_dir(task)
+    return RUNS / f"{task}-{job}" if job and job != "none" else default_run_dir(task)
 
 
 def _all_or_none(error: str | None) -> None:

@@ -1,4 +1,5 @@
-"""Where things are in a run directory: every file name, spelled once.
+"""Where things are in a run directory: the file names several modules share, spelled once here;
+a file that one module alone reads and writes keeps its name there (named below with it).
 
 run.json              the run's settings (settings.py)
 config.json           the config (directory.py)
@@ -12,6 +13,9 @@ merge/lane-L/         lane L's merge pool in a race: its workers' files and its 
 start.pt              the weights a new run starts from (--load; workers/cli/new_run.py)
 replays/worker-K.npz  worker K's newest episode as poses, for the viewport's replay
                       (-eval: its newest evaluation's last episode; replays.py)
+tb/, eval*.csv        TensorBoard's event files, the evaluations as CSV (sinks.py)
+rank-R/               a torchrun job's rank R's own files, on its machine (rank_records.py)
+media/                the window's screenshots and clips (viewer/recorder.py)
 """
 
 from __future__ import annotations

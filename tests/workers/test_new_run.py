@@ -1,0 +1,82 @@
+"""A run from the flags, the window's start-up or its new-run dialog: one builder, so the same
+choices give the same run, checked before anything is written."""
+
+import pytest
+from conftest import TINY_FLAGS
+from conftest import tiny_run as tiny
+
+from agent.config import Config
+from agent.errors import ConfigError, UserError
+from workers.door import (
+    CPU_PLANNING,
+    Lane,
+    Run,
+    RunSettings,
+    build_parser,
+    demo_preset,
+    new_run_from_dialog,
+    resume_from_args,
+    window_run_from_args,
+)
+from workers.rundir.lanes import CONTROL
+
+DIALOG = dict(
+    task="cartpole-balance",
+    model_size=1,
+    workers=3,
+    merge_every=500,
+    control_worker=False,
+    device="cpu",
+    cpu_planning=True,
+)
+
+
+def test_the_dialog_starts_the_run_its_fields_ask_for_training_until_stopped(tmp_path):
+    new = new_run_from_dialog(**DIALOG, run_dir=str(tmp_path / "r"))
+    assert new.path == tmp_path / "r" and not new.path.exists()  # nothing written yet
+    assert (new.cfg.task, new.cfg.device, new.cfg.steps) == ("cartpole-balance", "cpu", 10**7)
+    assert all(getattr(new.cfg, k) == v for k, v in CPU_PLANNING.items())
+    assert (new.settings.workers, new.settings.merge_every, new.lanes) == (3, 500, None)
+    # what the dialog does not ask: as a run from flags, the run's own defaults
+    assert new.settings.max_restarts == RunSettings.max_restarts
+    assert new.settings.checkpoint_every == RunSettings.checkpoint_every
+    planned = new_run_from_dialog(**{**DIALOG, "cpu_planning": False}, run_dir=None)
+    assert planned.cfg.num_samples == Config.num_samples
+    assert planned.path.parts[0] == "runs"
+
+
+def test_the_dialogs_control_worker_and_lanes_count_as_the_flags_do():
+    control = new_run_from_dialog(**{**DIALOG, "control_worker": True}, run_dir=None)
+    assert control.settings.workers == 4 and control.lanes == [Lane(), CONTROL]
+    # every lane sized: their sum is the run's workers, whatever the workers field says
+    sized = new_run_from_dialog(**DIALOG, run_dir=None, lanes="workers=2; workers=1,merge=off")
+    assert sized.settings.workers == 3 and [lane.size for lane in sized.lanes] == [2, 1]
+    shared = new_run_from_dialog(**{**DIALOG, "workers": 4}, run_dir=None, lanes="horizon=3;")
+    assert shared.settings.workers == 4 and shared.lanes == [Lane({"horizon": 3}), Lane()]
+
+
+def test_the_dialog_refuses_a_bad_lane_or_lanes_that_do_not_fit_naming_the_lane():
+    with pytest.raises(ConfigError, match="lane 1"):
+        new_run_from_dialog(**DIALOG, run_dir=None, lanes="horizon=3; horizon=99")
+    with pytest.raises(UserError, match="workers"):
+        new_run_from_dialog(**DIALOG, run_dir=None, lanes="workers=3; horizon=2")
+
+
+def test_the_window_opens_on_the_demo_with_the_demos_workers_unless_the_flags_say():
+    demo = demo_preset("cpu")
+    bare = window_run_from_args(build_parser().parse_args(["--device", "cpu"]))
+    assert (bare.cfg.task, bare.settings.workers) == (demo.task, demo.workers)
+    assert bare.settings.merge_every == demo.merge_every
+    flags = window_run_from_args(build_parser().parse_args(TINY_FLAGS))
+    assert flags.cfg.task == "cartpole-balance" and flags.settings.workers == demo.workers
+    told = window_run_from_args(build_parser().parse_args([*TINY_FLAGS, "--workers", "1"]))
+    assert told.settings.workers == 1
+
+
+def test_a_resumed_run_takes_threads_and_restarts_from_the_flags_else_keeps_its_own(tmp_path):
+    Run.create(tmp_path / "r", tiny(100), RunSettings(workers=1, max_restarts=5))
+    kept = resume_from_args(build_parser().parse_args(["--resume", str(tmp_path / "r")]))
+    assert (kept.settings.threads_per_worker, kept.settings.max_restarts) == (0, 5)
+    args = ["--resume", str(tmp_path / "r"), "--threads", "1", "--max-restarts", "0"]
+    given = resume_from_args(build_parser().parse_args(args))
+    assert (given.settings.threads_per_worker, given.settings.max_restarts) == (1, 0)

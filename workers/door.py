@@ -1,0 +1,129 @@
+"""The one door into workers/ for the window (viewer/) and for bench/ where it drives whole runs:
+the run API, the request that makes, resumes or attaches a run, and the types and words the
+window shows. It only re-exports names (a name costs nothing per frame); tests/test_house.py
+holds that viewer/ imports nothing else of workers/, and that nothing in workers/ imports this.
+
+A module, not workers/__init__.py: a package's __init__ runs on every import of any module in
+it, so each worker process would load the whole front door, and sub-packages would import it
+in a cycle.
+"""
+
+from workers.cli.flags import add_common_flags, add_config_flags, build_parser
+from workers.cli.new_run import (
+    RUNS,
+    NewRun,
+    check_run_flags,
+    config_from_args,
+    default_run_dir,
+    demo_requested,
+    new_run_from_args,
+    new_run_from_dialog,
+    resume_from_args,
+    window_run_from_args,
+)
+from workers.cli.parser import CliParser
+from workers.cli.presets import (
+    CPU_PLANNING,
+    Preset,
+    cuda_available,
+    demo_preset,
+    model_sizes,
+    tasks,
+)
+from workers.host.precision import describe_precision
+from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
+from workers.run.base import BaseRun
+from workers.run.owner import Run
+from workers.run.race import MAX_LANES, check_race, sharing
+from workers.run.race_table import LaneRow, RaceTable, RaceTracker
+from workers.run.race_text import level_text, reached_text, row_cells, summary_lines
+from workers.run.wording import OWNED, Wording
+from workers.rundir.lanes import Lane, describe_lane, parse_lane
+from workers.rundir.records import (
+    Crashed,
+    Episode,
+    Error,
+    Eval,
+    KnobRecord,
+    KnobsApplied,
+    KnobsRefused,
+    Merge,
+    MergeSkipped,
+    Record,
+    Resumed,
+    SelfCheck,
+    ShowcaseEpisode,
+    Train,
+)
+from workers.rundir.requests import served_notice
+from workers.rundir.settings import RunSettings
+from workers.showcase.replay import MODES
+from workers.showcase.shown_weights import lane_source
+
+__all__ = [
+    # the run: Run.create / resume / attach give a BaseRun, laid out by its RunSettings
+    "BaseRun",
+    "Run",
+    "RunSettings",
+    "OWNED",
+    "Wording",
+    "served_notice",
+    # a run from the flags, the window's start-up or its new-run dialog, checked before made
+    "NewRun",
+    "RUNS",
+    "check_run_flags",
+    "config_from_args",
+    "default_run_dir",
+    "demo_requested",
+    "new_run_from_args",
+    "new_run_from_dialog",
+    "resume_from_args",
+    "window_run_from_args",
+    # the flags and presets (bench/cli.py builds its own command line from the same flags)
+    "CPU_PLANNING",
+    "CliParser",
+    "MODES",
+    "Preset",
+    "add_common_flags",
+    "add_config_flags",
+    "build_parser",
+    "cuda_available",
+    "demo_preset",
+    "model_sizes",
+    "tasks",
+    # this machine: the window's threads, the number format
+    "WINDOW_THREADS",
+    "apply_threads",
+    "check_threads",
+    "describe_precision",
+    # a race: lanes, the table that ranks them and its words, a lane's merged weights
+    "MAX_LANES",
+    "Lane",
+    "LaneRow",
+    "RaceTable",
+    "RaceTracker",
+    "check_race",
+    "describe_lane",
+    "lane_source",
+    "level_text",
+    "parse_lane",
+    "reached_text",
+    "row_cells",
+    "sharing",
+    "summary_lines",
+    # the records a run's events are made of
+    "Crashed",
+    "Episode",
+    "Error",
+    "Eval",
+    "KnobRecord",
+    "KnobsApplied",
+    "KnobsRefused",
+    "Merge",
+    "MergeSkipped",
+    "Record",
+    "Resumed",
+    "SelfCheck",
+    "ShowcaseEpisode",
+    "Train",
+]
