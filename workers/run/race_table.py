@@ -1,9 +1,7 @@
 """The race table: one row per lane, ranked by how soon and how much each lane learned per second
-of training, whatever the reward's sign or scale (the score: race_scores.py), with how sure it
-is and, against a lane that never merges, the merge gain. Built from the workers' records
-(lanes from knobs_applied, episodes, evaluations, pauses and stops), so that the window, the
-command line and a run read later rank a race the same way. No GUI: the window draws rows.
-"""
+of training whatever the reward's sign or scale (race_scores.py), how sure it is, and the merge
+gain over a lane that never merges. From the workers' records, so that the window, the command
+line and a run read later rank a race the same way. No GUI: the window draws the rows."""
 
 from __future__ import annotations
 
