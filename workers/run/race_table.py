@@ -287,7 +287,7 @@ def _gains(rows: list[LaneRow], control: int, thresholds: list[float], clock: fl
 def _verdict(rows: list[LaneRow]) -> str:
     ranked = [row for row in rows if row.score is not None]
     if len(ranked) < len(rows) or any(row.episodes < MIN_EPISODES for row in rows):
-        return f"too early to call: each lane needs {MIN_EPISODES} episodes in the race"
+        return f"too early to call: {MIN_EPISODES} episodes a lane first"
     first, second = ranked[0], ranked[1]
     combined = math.hypot(first.spread, second.spread)
     if first.score - second.score > combined:
