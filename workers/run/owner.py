@@ -256,8 +256,9 @@ class Run(BaseRun):
         return choose_threads(len(self.settings.active), threads).describe()
 
     def restart_worker(self, index: int) -> None:
-        """Start a dead worker again: from its checkpoint if any, else from the merged weights
-        (joining at the step of the others, see add_worker)."""
+        """Start a dead worker again: from its pool's merged weights at the step of the others
+        (see add_worker), keeping its checkpoint's buffer, optimiser and counters; before the
+        pool's first merge, from its checkpoint (training/first_weights.py)."""
         self._check_restartable(index)
         pack = self.settings.pack_of(index)
         with self._lock:
