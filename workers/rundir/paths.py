@@ -6,6 +6,7 @@ config.json           the config (directory.py)
 knobs.json(l)         the live knobs and their history (knob_record.py)
 requests.jsonl        what attached windows asked of the owner (requests.py)
 worker-K.jsonl        worker K's metrics records; player.jsonl the showcase's
+worker-K.pt           worker K's networks and optimisers when it stopped (RunDir.weights_path)
 checkpoints/worker-K.pt
 merge/worker-K.pt     worker K's last merge contribution; merge/merged.pt the mean
 merge/members.json    who merges now (workers/merging/files.py)
