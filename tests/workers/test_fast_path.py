@@ -115,8 +115,10 @@ def test_the_monitor_starts_a_split_packs_workers_apart_as_they_were_started(tmp
             value=lambda field: 0.0,
             started=0.0,
         )
-    run.workers.procs[2] = SimpleNamespace(process=_Ended(None), handled=True, spec=run.workers._spec(2, False))
-    run.monitor._check()
+    run.workers.procs[2] = SimpleNamespace(
+        process=_Ended(None), handled=True, spec=run.workers._spec(2, False)
+    )
+    run.monitor.check()
     assert [[s.index for s in specs] for specs in spawned] == [[0], [1]]
     assert all(specs[0].resume and specs[0].join_step == 60 for specs in spawned)
     assert run.settings.apart == (0, 1) and read_record(run.path)[1].apart == (0, 1)

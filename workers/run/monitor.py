@@ -48,22 +48,24 @@ class WorkerMonitor:
         join_step: Callable[[int], int],
         members_changed: Callable[[], None],
         restart_backoff_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`settings()`: the run's current settings; `procs`: its handles by worker (shared,
         guarded by `lock`); `stop`: its stop event; `note(text, in_record=False)`: tell the
         user; `respawn(pack, join_step)`: start a pack again from the merged weights;
         `split(handles)`: start a pack's workers again, each in a process of its own;
         `join_step(k)`: the step worker k joins the others of its pool at;
-        `members_changed()`: rewrite members.json (see down())."""
+        `members_changed()`: rewrite members.json (see down()); `clock`: when restarts fall
+        due (a test's own clock restarts without waiting)."""
         self.path, self._settings, self._procs = path, settings, procs
         self._lock, self._stop, self._note = lock, stop, note
         self._respawn, self._join_step, self._members_changed = respawn, join_step, members_changed
-        self._split = split
+        self._split, self._clock = split, clock
         self.restart_backoff_s = restart_backoff_s  # before the first automatic restart; doubles
         self.gone: str | None = None  # why the run stopped: its directory vanished
         self._down: dict[int, str] = {}  # merging workers not running now, with why
         self._restarts: dict[int, int] = {}  # automatic restarts so far, per worker
-        self._restart_at: dict[int, float] = {}  # scheduled restarts (time.monotonic())
+        self._restart_at: dict[int, float] = {}  # scheduled restarts (on `clock`)
         self._rejoin: set[int] = set()  # restarted: back in the merges once past "starting"
         self.thread: threading.Thread | None = None
         self._dir_id: tuple[int, int] | None = None  # the run directory's, when started
@@ -130,7 +132,7 @@ class WorkerMonitor:
             if self._stop.is_set():
                 return
             try:
-                self._check()
+                self.check()
             except Exception as err:  # the monitor must outlive anything it finds
                 self._note(f"error: run monitor: {type(err).__name__}: {err}")
                 time.sleep(1.0)
@@ -150,7 +152,9 @@ class WorkerMonitor:
                     self._stop.set()
             return self.gone
 
-    def _check(self) -> None:
+    def check(self) -> None:
+        """One look (the thread's, after each wait; a test's, on its own clock): the run
+        directory, the workers' records, their ends, the restarts due, the restarted."""
         with self._lock:
             if self.check_run_dir():
                 return
@@ -160,7 +164,7 @@ class WorkerMonitor:
                 if not p.handled and not p.process.is_alive():
                     p.handled = True
                     self._ended(index, p)
-            now = time.monotonic()
+            now = self._clock()
             for index, when in list(self._restart_at.items()):
                 if now >= when and not self._stop.is_set():
                     del self._restart_at[index]
@@ -205,7 +209,7 @@ class WorkerMonitor:
                 f"restarting it from the merged weights in {delay:g} s "
                 f"(restart {done + 1} of {limit})"
             )
-            self._restart_at[index] = time.monotonic() + delay
+            self._restart_at[index] = self._clock() + delay
             down = f"crashed ({why}), restarting"
         message = f"worker {index} died ({why}"
         message += f"; last error: {last_error})" if last_error else ")"

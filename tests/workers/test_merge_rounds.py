@@ -1,0 +1,230 @@
+"""A training process's merge rounds (workers/training/merge_rounds.py) in-process: a real tiny
+agent, the file backend in a temporary run directory, and the other processes' side as the
+files they would have written (no process is started)."""
+
+import pytest
+import torch
+from conftest import tiny_config
+from helpers.process_fakes import FakeTrainer, link, make_run, records, worker_spec
+
+from workers.merging.files import FileMergeBackend, write_members
+from workers.rundir.directory import load_state
+from workers.rundir.knob_record import KnobStore
+from workers.rundir.lanes import Lane
+from workers.rundir.records import Merge, MergeSkipped, MergeStopped
+from workers.rundir.settings import RunSettings
+from workers.training.first_weights import StartState
+from workers.training.loop_hooks import StopTraining
+from workers.training.merge_rounds import MergeRounds
+
+CFG = tiny_config(mlp_dim=32, enc_dim=16, latent_dim=16, num_samples=16, num_elites=4)
+
+
+@pytest.fixture(autouse=True)
+def close_trainers():
+    yield
+    FakeTrainer.close_all()
+
+
+def rounds_of(path, workers, merge_with, start=None, stopping=lambda: False):
+    """The merge rounds of one process holding `workers` (a pack when more than one)."""
+    trainer = FakeTrainer(CFG, path, workers)
+    specs = [worker_spec(path, CFG, w, merge_with, merge_timeout_s=60) for w in workers]
+    links = [link(spec) for spec in specs]
+
+    def set_snapshot(**values):
+        for each in links:
+            each.set(**values)
+
+    return MergeRounds(specs, trainer, set_snapshot, stopping, start), trainer, links
+
+
+def shifted(state, by):
+    """Other weights of the same model: every tensor moved by `by`."""
+    return {k: v + by for k, v in state.items()}
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_lone_worker_publishes_its_weights_as_the_merged_ones_and_records_no_merge(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=1))
+    rounds, trainer, links = rounds_of(tmp_path, [0], (0,))
+    trainer.step = 40
+    rounds.merge(4)
+    merged = load_state(tmp_path / "merge" / "merged.pt")
+    assert (merged["round"], merged["participants"], merged["step"], merged["pool"]) == (
+        4,
+        [0],
+        40,
+        0,
+    )
+    assert same(merged["model"], trainer.weights(0))  # for the showcase and an added worker
+    assert records(tmp_path, 0, Merge) == [] and links[0].value("merges") == 0
+
+
+def test_a_packs_workers_take_their_mean_on_the_device(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, links = rounds_of(tmp_path, [0, 1], (0, 1))
+    first, second = trainer.weights(0), trainer.weights(1)
+    rounds.merge(1)
+    mean = {k: (first[k] + second[k]) / 2 for k in first}
+    for k in (0, 1):
+        assert all(torch.allclose(trainer.weights(k)[n], mean[n]) for n in mean)
+        (merge,) = records(tmp_path, k, Merge)
+        assert merge.participants == (0, 1) and merge.left_out == {}
+        assert merge.distances[0] > 0 and merge.distances[1] > 0
+        assert links[k].value("merges") == 1
+    assert all(
+        torch.allclose(t, mean[n])
+        for n, t in load_state(tmp_path / "merge/merged.pt")["model"].items()
+    )
+
+
+def test_a_worker_of_another_process_is_averaged_in_through_its_file(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1))
+    own = trainer.weights(0)
+    FileMergeBackend(tmp_path, [0, 1]).publish(1, 2, shifted(own, 1.0), step=70)
+    trainer.step = 60
+    rounds.merge(2)
+    assert all(torch.allclose(v, own[k] + 0.5) for k, v in trainer.weights(0).items())
+    (merge,) = records(tmp_path, 0, Merge)
+    assert merge.participants == (0, 1) and merge.round == 2
+    assert merge.distances[0] == pytest.approx(merge.distances[1])
+    assert load_state(tmp_path / "merge/merged.pt")["step"] == 70  # the furthest participant's
+
+
+def test_a_worker_that_is_down_is_left_out_without_waiting_for_it(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    write_members(tmp_path, [0, 1], down={1: "crashed (killed by SIGKILL), restarting"})
+    # Waiting for worker 1 would see this stop and end the round (the test after this one).
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1), stopping=lambda: True)
+    own = trainer.weights(0)
+    rounds.merge(1)
+    (merge,) = records(tmp_path, 0, Merge)
+    assert merge.participants == (0,)
+    assert merge.left_out == {1: "crashed (killed by SIGKILL), restarting"}
+    assert same(trainer.weights(0), own)
+
+
+def test_a_stop_while_waiting_for_the_others_ends_the_round_unmerged(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1), stopping=lambda: True)
+    own = trainer.weights(0)
+    with pytest.raises(StopTraining):
+        rounds.merge(1)
+    assert [r.round for r in records(tmp_path, 0, MergeStopped)] == [1]
+    assert records(tmp_path, 0, Merge) == [] and same(trainer.weights(0), own)
+
+
+def test_non_finite_weights_are_left_out_and_take_the_mean_of_the_others(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, _ = rounds_of(tmp_path, [0, 1], (0, 1))
+    healthy = trainer.weights(0)
+    with torch.no_grad():
+        trainer.agent.model.state_dict()["encoder.layers.0.weight"][1, 0, 0] = float("nan")
+    rounds.merge(1)
+    (merge,) = records(tmp_path, 1, Merge)
+    assert merge.participants == (0,) and merge.left_out == {1: "non-finite weights"}
+    assert set(merge.distances) == {0}  # reset, not measured
+    assert same(trainer.weights(1), healthy) and same(trainer.weights(0), healthy)
+
+    with torch.no_grad():  # none finite: nothing is averaged, nothing published
+        trainer.agent.model.state_dict()["encoder.layers.0.weight"][:, 0, 0] = float("inf")
+    rounds.merge(2)
+    assert [r.reason for r in records(tmp_path, 0, MergeSkipped)] == ["own weights are not finite"]
+    assert load_state(tmp_path / "merge/merged.pt")["round"] == 1
+    assert len(records(tmp_path, 0, Merge)) == 1
+
+
+def test_a_joined_worker_takes_the_others_mean_until_it_has_updated(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1), start=StartState(joined=True))
+    other = FileMergeBackend(tmp_path, [0, 1])
+    theirs = shifted(trainer.weights(0), 2.0)
+    other.publish(1, 1, theirs)
+    rounds.merge(1)
+    (merge,) = records(tmp_path, 0, Merge)
+    assert merge.participants == (1,)
+    assert merge.left_out == {0: "joined the pool and has made no update of its own yet"}
+    assert same(trainer.weights(0), theirs)
+    trainer.updates += 1  # learned something of its own: in the mean from now on
+    other.publish(1, 2, theirs)
+    rounds.merge(2)
+    assert records(tmp_path, 0, Merge)[-1].participants == (0, 1)
+
+
+def test_a_lane_that_never_merges_publishes_its_own_weights_and_records_no_merge(tmp_path):
+    lanes = (Lane(), Lane(merges=False))
+    make_run(tmp_path, CFG, RunSettings(workers=2), ((0,), (1,)), lanes)
+    rounds, trainer, _ = rounds_of(tmp_path, [1], (0, 1))
+    assert rounds.follow(KnobStore(tmp_path).read_record())  # lane 1's pool
+    trainer.step = 30
+    rounds.merge(3)
+    lane = tmp_path / "merge" / "lane-1"
+    published = load_state(lane / "worker-1.pt")
+    assert (published["round"], published["step"], published["pool"]) == (3, 30, 0)
+    assert same(published["model"], trainer.weights(0))
+    assert not (lane / "merged.pt").exists() and not (tmp_path / "merge/merged.pt").exists()
+    assert records(tmp_path, 1, Merge) == []
+
+
+def test_a_race_starts_from_the_merged_weights_of_the_pool_left(tmp_path):
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    store = KnobStore(tmp_path)
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1))
+    merged = shifted(trainer.weights(0), 3.0)
+    FileMergeBackend(tmp_path, [0, 1]).publish_merged(5, merged, [0, 1], 50)
+    store.start_race(CFG, ((0,), (1,)), (Lane(), Lane()))
+    trainer.step = 55
+    assert rounds.follow(store.read_record())
+    assert same(trainer.weights(0), merged)
+    assert rounds.pool_state() == {"pool": 1, "lane": 0, "pool_base": 55}
+    assert rounds.backend.dir == tmp_path / "merge" / "lane-0"
+    assert not rounds.follow(store.read_record())  # the same pool: nothing taken again
+
+
+def test_a_race_does_not_take_merged_weights_of_another_pool(tmp_path):
+    """merged.pt from before a promotion without weights (pool 0) while the worker is in the
+    promotion's pool 2: a new race leaves its weights as they are."""
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1), start=StartState(pool=2))
+    own = trainer.weights(0)
+    FileMergeBackend(tmp_path, [0, 1], pool=0).publish_merged(5, shifted(own, 3.0), [0, 1], 50)
+    record = KnobStore(tmp_path).read_record()
+    race = KnobStore.new_race(CFG, record.values, ((0,), (1,)), (Lane(), Lane()), 3)
+    assert rounds.follow(race)
+    assert same(trainer.weights(0), own)
+
+
+def test_a_promotion_with_weights_gives_every_worker_the_winning_lanes(tmp_path):
+    layout = ((0, 1), (2, 3))
+    make_run(tmp_path, CFG, RunSettings(workers=4, merge_every=30), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    rounds, trainer, _ = rounds_of(tmp_path, [2, 3], (0, 1, 2, 3))  # lane 1, a pack
+    rounds.follow(store.read_record())
+    winner = shifted(trainer.weights(0), -1.0)
+    FileMergeBackend(tmp_path, [0, 1], lane=0, pool=0).publish_merged(4, winner, [0, 1], 120)
+    store.promote(CFG, 0)
+    assert rounds.follow(store.read_record())
+    assert same(trainer.weights(0), winner) and same(trainer.weights(1), winner)
+    assert rounds.pool_state()["lane"] is None and rounds.backend.dir == tmp_path / "merge"
+
+
+@pytest.mark.parametrize("weights", [True, False])
+def test_a_promotion_of_a_lane_that_never_merged_takes_its_workers_own_weights(tmp_path, weights):
+    layout, lanes = ((0,), (1,)), (Lane(), Lane(merges=False))
+    make_run(tmp_path, CFG, RunSettings(workers=2), layout, lanes)
+    store = KnobStore(tmp_path)
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1))
+    rounds.follow(store.read_record())
+    own = trainer.weights(0)
+    winner = shifted(own, 5.0)
+    FileMergeBackend(tmp_path, [1], lane=1, pool=0).publish(1, 4, winner)
+    store.promote(CFG, 1, weights=weights, from_worker=1 if weights else None)
+    trainer.step = 130
+    assert rounds.follow(store.read_record())
+    assert same(trainer.weights(0), winner if weights else own)  # values only: weights stay
+    assert rounds.pool_state() == {"pool": 1, "lane": None, "pool_base": 130}
