@@ -122,7 +122,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: st
     pids = {"window": [os.getpid()], "x_server": x_server_pids()}
 
     def mark() -> None:
-        pids.update(run.process_ids())
+        pids.update(workers=run.workers.pids(), player=run.showcase.pids())
         cpu = {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}
         marks.append((time.perf_counter(), [w["step"] for w in run.workers.progress()], cpu))
 

@@ -121,7 +121,7 @@ def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
     settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=3600)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
-    frozen = run.process_ids()["workers"][1]
+    frozen = run.workers.pids()[1]
     os.kill(frozen, signal.SIGSTOP)  # worker 1 never reaches the merge: worker 0 waits for it
     stopper = None
     try:
@@ -217,7 +217,7 @@ try:
     run.showcase.start(height=48, width=64, realtime=False, cpu_share=0.0)
     deadline = time.monotonic() + 240
     while (frame := run.showcase.read_frame()) is None or frame[1]["step"] < 5:
-        if not run.process_ids()["player"] or time.monotonic() > deadline:
+        if not run.showcase.pids() or time.monotonic() > deadline:
             print("the player ended or got stuck", flush=True)
             raise SystemExit(1)
         time.sleep(0.05)

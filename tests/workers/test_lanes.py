@@ -304,7 +304,10 @@ def test_a_merging_lane_races_a_lane_that_never_merges_and_promotes_its_weights(
     run.start()
     lane0 = run.path / "merge" / "lane-0"
     assert wait_until(
-        lambda: len(events(run, Merge, 0)) >= 2 and min(w["step"] for w in run.workers.progress()) >= 130,
+        lambda: (
+            len(events(run, Merge, 0)) >= 2
+            and min(w["step"] for w in run.workers.progress()) >= 130
+        ),
         timeout=400,
     )
     tracker = RaceTracker()
@@ -313,7 +316,9 @@ def test_a_merging_lane_races_a_lane_that_never_merges_and_promotes_its_weights(
     assert sorted(row.lane for row in table.rows) == [0, 1]
     assert all(row.score is not None and row.episodes >= 1 for row in table.rows)
     run.pause()
-    assert wait_until(lambda: all(w["state"] == "paused" for w in run.workers.progress()), timeout=120)
+    assert wait_until(
+        lambda: all(w["state"] == "paused" for w in run.workers.progress()), timeout=120
+    )
     version = run.race.promote(0)  # with its weights
     assert wait_until(lambda: min(w["knob_version"] for w in run.workers.progress()) >= version)
     run.stop()  # paused since the promotion: the weights each saves are the ones it took
@@ -365,7 +370,9 @@ def test_a_killed_worker_of_a_lane_that_never_merges_restarts_from_its_own_weigh
     run.monitor.restart_backoff_s = 0.1
     run.start()
     own = run.path / "merge" / "lane-1" / "worker-1.pt"
-    assert wait_until(lambda: own.exists() and run.workers.progress()[1]["step"] >= 100, timeout=300)
+    assert wait_until(
+        lambda: own.exists() and run.workers.progress()[1]["step"] >= 100, timeout=300
+    )
     os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
     assert wait_until(lambda: events(run, StartedFromMerged, 1), timeout=120)
     run.stop()

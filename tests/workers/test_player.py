@@ -102,7 +102,9 @@ def test_merge_files_record_the_weights_step(tmp_path):
 def test_attach_sees_events_progress_and_sets_knobs(live):
     live.resume_training()  # in case the player tests ran first
     attached = Run.attach(live.path)
-    assert wait_until(lambda: min(w["step"] for w in attached.workers.progress()) >= 50, timeout=120)
+    assert wait_until(
+        lambda: min(w["step"] for w in attached.workers.progress()) >= 50, timeout=120
+    )
     first = attached.workers.progress()
     assert [w["worker"] for w in first] == [0, 1]
     assert set(first[0]) == set(live.workers.progress()[0])  # the same keys as the owner's
@@ -158,7 +160,9 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
     assert [r.action for r in live.serve_requests()] == ["stop"]  # the owner stops itself
     attached.stop()  # only a local player (none here): the workers go on
     time.sleep(0.5)
-    assert all(w["alive"] and w["state"] not in ("stopped", "done") for w in live.workers.progress())
+    assert all(
+        w["alive"] and w["state"] not in ("stopped", "done") for w in live.workers.progress()
+    )
 
 
 def test_showcase_camera_and_source_change_while_playing(player):

@@ -187,7 +187,9 @@ def test_a_knob_change_reads_metrics_files_only_when_the_knob_record_is_damaged(
     # Both damaged: the values the workers recorded running with (none yet: the run's own).
     run.knobs.set(horizon=3)
     assert sorted(p.name for p in read) == ["worker-0.jsonl", "worker-1.jsonl"]
-    assert run.knobs.store.read()[1]["horizon"] == 3 and run.knobs.store.read()[1]["merge_every"] == 50
+    assert (
+        run.knobs.store.read()[1]["horizon"] == 3 and run.knobs.store.read()[1]["merge_every"] == 50
+    )
 
 
 def test_window_shows_a_refused_knob_record_on_the_knob_panel():
@@ -426,7 +428,9 @@ def test_a_full_disk_pauses_training_until_space_is_freed(small_disk):
         assert run.workers.progress()[0]["step"] == blocked["step"]
 
         ballast.unlink()  # space again: training goes on by itself
-        assert wait_until(lambda: run.workers.progress()[0]["step"] >= blocked["step"] + 60, timeout=120)
+        assert wait_until(
+            lambda: run.workers.progress()[0]["step"] >= blocked["step"] + 60, timeout=120
+        )
         assert any("writes again" in n for n in run.notices())
     finally:
         run.stop()

@@ -76,7 +76,9 @@ def test_killed_worker_is_left_out_and_can_restart(tmp_path):
         lambda: any(m.participants == (0,) for m in events(run, Merge, 0)), timeout=120
     )
     run.workers.restart(1)
-    assert wait_until(lambda: run.workers.progress()[1]["state"] in ("seeding", "training"), timeout=60)
+    assert wait_until(
+        lambda: run.workers.progress()[1]["state"] in ("seeding", "training"), timeout=60
+    )
     run.stop()
     restarted = events(run, StartedFromMerged, 1)
     # It counts on from the step of the worker that kept going, so their merge rounds line up.
@@ -163,7 +165,10 @@ def test_stop_during_pretraining_checkpoints_and_resume_finishes_it(tmp_path):
     assert wait_until(lambda: run.workers.progress()[0]["updates"] >= 20, timeout=300)
     assert run.workers.progress()[0]["state"] == "pretraining"
     run.stop(timeout=120)
-    assert run.workers.progress()[0]["state"] == "stopped" and run.workers.progress()[0]["exitcode"] == 0
+    assert (
+        run.workers.progress()[0]["state"] == "stopped"
+        and run.workers.progress()[0]["exitcode"] == 0
+    )
     ckpt = load_state(checkpoint_path(run.path, 0), "cpu")
     assert not ckpt["pretrained"] and 20 <= ckpt["pretrain_updates"] < seed_steps
     assert ckpt["updates"] == ckpt["pretrain_updates"]

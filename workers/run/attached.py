@@ -14,6 +14,17 @@ from pathlib import Path
 from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.run.base import BaseRun, Workers
+from workers.run.commands import (
+    AddWorker,
+    Checkpoint,
+    Command,
+    Pause,
+    RemoveWorker,
+    RestartWorker,
+    Resume,
+    Stop,
+    request_fields,
+)
 from workers.run.wording import ATTACHED
 from workers.rundir.paths import RUN
 from workers.rundir.settings import RunSettings, read_record
@@ -57,11 +68,7 @@ class AttachedRun(BaseRun):
         rows = self.workers.progress()
         return any(w["state"] == "paused" for w in rows if w["state"] != "removed")
 
-    def stop_elsewhere(self) -> bool:
-        self.request_stop()
-        return True
-
-    def _ask_owner(self, action: str, worker: int | None = None, lane: int | None = None) -> None:
+    def _ask_owner(self, command: Command) -> None:
         """Pass a request to the process that owns the run (see Run.serve_requests)."""
         if self.settings.ranks:
             raise UserError(TORCHRUN_JOB.format(ranks=self.settings.ranks))
@@ -69,20 +76,20 @@ class AttachedRun(BaseRun):
         # every worker ended, shows that nobody is there.
         if not any(w["alive"] or not w["heartbeat"] for w in self.workers.progress()):
             raise UserError(NOT_SERVED.format(path=self.path))
-        self.requests.send(action, worker, lane)
+        self.requests.send(command.action, **request_fields(command))
 
     def pause(self) -> None:
-        self._ask_owner("pause")
+        self._ask_owner(Pause())
 
     def resume_training(self) -> None:
-        self._ask_owner("resume_training")
+        self._ask_owner(Resume())
 
     def checkpoint(self) -> None:
-        self._ask_owner("checkpoint")
+        self._ask_owner(Checkpoint())
 
     def request_stop(self) -> None:
         """Ask the owner to stop training (compare stop(), which only lets go of the run)."""
-        self._ask_owner("stop")
+        self._ask_owner(Stop())
 
     def stop(self, timeout: float = 120.0) -> None:
         """Stop this view's showcase player only: the workers are another process's (to stop
@@ -114,7 +121,7 @@ class AttachedWorkers(Workers):
 
     def restart(self, index: int) -> None:
         self._check_restartable(index)
-        self._run._ask_owner("restart_worker", worker=index)
+        self._run._ask_owner(RestartWorker(index))
 
     def add(self, lane: int | None = None) -> int:
         """Ask the owner to add a worker (to lane `lane` in a race); returns the index it
@@ -123,12 +130,12 @@ class AttachedWorkers(Workers):
             self._check_merged_weights(self._run.race.lane_for_new(lane))
         except ConfigError as err:
             raise UserError(str(err)) from None
-        self._run._ask_owner("add_worker", lane=lane)
+        self._run._ask_owner(AddWorker(lane))
         return self._run.settings.workers
 
     def remove(self, index: int) -> None:
         self._check_removable(index)
-        self._run._ask_owner("remove_worker", worker=index)
+        self._run._ask_owner(RemoveWorker(index))
 
     def progress(self) -> list[dict]:
         """The owner's keys, from the workers' metrics records read so far: state

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import UserError
+from workers.run.commands import Command, Outcome, handle
 from workers.run.knobs import RunKnobs
 from workers.run.race import RaceControl
 from workers.run.tail import RecordTail, tail_records
@@ -68,10 +69,10 @@ class BaseRun(ABC):
         """Whether training is paused: as asked of the owner; as the workers report it in a
         view (the owner or another window may pause)."""
 
-    @abstractmethod
-    def stop_elsewhere(self) -> bool:
-        """The Stop button: in a view of another process's run, ask that process to stop its
-        workers and return True; the owner returns False (its caller stops it: stop())."""
+    def do(self, command: Command) -> Outcome:
+        """Carry out one request of the run, given as data (commands.py): the window's every
+        request, and those an owner serves for attached windows, go through this one place."""
+        return handle(self, command)
 
     def serve_requests(self) -> list[Request]:
         """Apply what attached windows asked for (the owner's job; a view serves nothing)."""

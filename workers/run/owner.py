@@ -28,6 +28,7 @@ from agent.errors import UserError
 from workers.merging.files import write_members
 from workers.run.attached import AttachedRun
 from workers.run.base import BaseRun
+from workers.run.commands import from_request
 from workers.run.monitor import WorkerMonitor
 from workers.run.processes import WorkerProcesses
 from workers.run.race import check_race
@@ -186,9 +187,6 @@ class Run(BaseRun):
     def is_paused(self) -> bool:
         return self._pause.is_set()
 
-    def stop_elsewhere(self) -> bool:
-        return False
-
     # control ------------------------------------------------------------------------------
     def serve_requests(self) -> list[Request]:
         """Apply what attached windows asked for since the last call; returns each request
@@ -200,17 +198,9 @@ class Run(BaseRun):
             damaged = damaged_lines(self.requests.skipped - skipped)
             self._note(f"warning: {self.requests.path}: {damaged} skipped")
         for request in received:
-            action, error = request.action, None
-            try:
-                worker = -1 if request.worker is None else request.worker
-                if action == "restart_worker":
-                    self.workers.restart(worker)
-                elif action == "remove_worker":
-                    self.workers.remove(worker)
-                elif action == "add_worker":
-                    self.workers.add(request.lane)
-                elif action != "stop":  # pause, resume_training, checkpoint: this run's own
-                    getattr(self, action)()
+            error = None
+            try:  # a stop is left to the caller (see above): Outcome.stop
+                self.do(from_request(request))
             except (UserError, ValueError, TypeError) as err:
                 error = str(err)
             served.append(dataclasses.replace(request, error=error))
