@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import UserError
-from workers.run.commands import Command, Outcome, handle
+from workers.run.commands import handle
 from workers.run.knobs import RunKnobs
 from workers.run.race import RaceControl
 from workers.run.tail import RecordTail, tail_records
@@ -69,10 +69,9 @@ class BaseRun(ABC):
         """Whether training is paused: as asked of the owner; as the workers report it in a
         view (the owner or another window may pause)."""
 
-    def do(self, command: Command) -> Outcome:
-        """Carry out one request of the run, given as data (commands.py): the window's every
-        request, and those an owner serves for attached windows, go through this one place."""
-        return handle(self, command)
+    # run.do(command) -> Outcome: every request of the run as data, carried out in one place
+    # (commands.py handle; the window's, and those an owner serves for attached windows).
+    do = handle
 
     def serve_requests(self) -> list[Request]:
         """Apply what attached windows asked for (the owner's job; a view serves nothing)."""
