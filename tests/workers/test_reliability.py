@@ -147,7 +147,7 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
     # Setting a knob writes a good record again, from the values in force (the workers').
     assert resumed.knobs.values() == (1, {**refused[0].in_force})
     assert resumed.knobs.set(horizon=3) == 2
-    assert resumed.knobs.read() == (2, {**refused[0].in_force, "horizon": 3})
+    assert resumed.knobs.store.read() == (2, {**refused[0].in_force, "horizon": 3})
 
 
 def test_knob_store_falls_back_to_the_newest_good_version(tmp_path):

@@ -134,7 +134,7 @@ def test_control_worker_never_merges(tmp_path):
     # A lone worker has the merge backend (it publishes its weights as the merged ones and
     # merges once a worker is added); workers added later come after the control worker.
     alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
-    assert alone._spec(0, resume=False).merge_with == (0,)
+    assert alone.workers._spec(0, resume=False).merge_with == (0,)
     grown = RunSettings(workers=5, control_worker=True, added=2, removed=[0])
     assert grown.control_index == 2 and grown.merging == [1, 3, 4] and grown.removed == (0,)
 
@@ -145,12 +145,12 @@ def test_auto_iterations_become_a_live_knob_holding_the_base_count(tmp_path):
     # value, as the reference does, so the record holds 6 for humanoid too (it plans 8).
     walker = Run.create(tmp_path / "w", tiny(10, task="walker-walk", iterations=0), RunSettings())
     assert walker.cfg.iterations == 6
-    assert walker.knobs.read()[1]["iterations"] == 6
-    assert walker.set_knobs(horizon=4) == 1
+    assert walker.knobs.store.read()[1]["iterations"] == 6
+    assert walker.knobs.set(horizon=4) == 1
     humanoid = Run.create(
         tmp_path / "h", tiny(10, task="humanoid-walk", iterations=0), RunSettings()
     )
-    assert humanoid.knobs.read()[1]["iterations"] == 6
+    assert humanoid.knobs.store.read()[1]["iterations"] == 6
     assert humanoid.cfg.resolved_iterations(21) == 8
 
 
