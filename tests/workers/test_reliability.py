@@ -14,7 +14,7 @@ import pytest
 from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
-import workers.run.base
+import workers.run.knobs
 import workers.run.owner
 import workers.rundir.directory
 from agent.errors import UserError, WeightsError
@@ -177,9 +177,9 @@ def test_a_knob_change_reads_metrics_files_only_when_the_knob_record_is_damaged(
 ):
     run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=2, merge_every=50))
     read = []
-    real = workers.run.base.tail_records
+    real = workers.run.knobs.tail_records
     monkeypatch.setattr(
-        workers.run.base, "tail_records", lambda path: read.append(path) or real(path)
+        workers.run.knobs, "tail_records", lambda path: read.append(path) or real(path)
     )
     assert run.knobs.set(horizon=2) == 1 and read == []  # a good record: no file is read
     (run.path / "knobs.json").write_text("{not json")
