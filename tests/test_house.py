@@ -178,6 +178,21 @@ def test_no_class_offers_more_than_20_public_methods():
     assert wide == {}
 
 
+def test_the_window_queues_commands_as_data_not_lambdas():
+    """What the window asks of a run travels as a frozen dataclass (workers/run/commands.py),
+    which can be logged and compared; a queued lambda can be neither."""
+    queued = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "viewer").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("put", "send")
+        and any(isinstance(arg, ast.Lambda) for arg in node.args)
+    ]
+    assert queued == []
+
+
 def test_the_merge_frequency_default_is_written_once():
     from workers.rundir.settings import RunSettings
 
