@@ -21,11 +21,11 @@ from workers.door import (
     Stop,
 )
 from workers.run.commands import handle
-from workers.run.owner import Run, RunSettings
+from workers.run.owner import AttachedRun, Run, RunSettings
 
 
-class Recorded(Run):
-    """A run that records each command it is given and carries out all but the opening."""
+class Recording:
+    """Records each command a run is given and carries out all but the opening."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -34,6 +34,14 @@ class Recorded(Run):
     def do(self, command):
         self.done.put(command)
         return Outcome() if isinstance(command, OpenShowcase) else handle(self, command)
+
+
+class Recorded(Recording, Run):
+    pass
+
+
+class RecordedView(Recording, AttachedRun):
+    pass
 
 
 def next_of(q: queue.SimpleQueue, timeout: float = 30.0):
@@ -96,3 +104,23 @@ def test_remove_takes_the_newest_merging_worker_and_stop_stops_the_owned_run(ope
     controller.send(Stop())
     assert notices_until(controller, "stopped")[-1].startswith("stopped; checkpoints in")
     assert run._stop.is_set()
+
+
+def test_a_view_asks_the_owner_and_its_stop_button_leaves_the_window_running(tmp_path):
+    owner = Run.create(tmp_path / "run", tiny(100), RunSettings(workers=2, pack=1))
+    view = RecordedView.open(owner.path)
+    controller = Controller((48, 64))
+    controller.open(lambda: view)
+    try:
+        notices_until(controller, "attached to")
+        controller.send(Pause())
+        asked = notices_until(controller, "paused")[-1]
+        assert asked == "training paused: asked of the process that owns the run"
+        assert not owner.is_paused()  # until the owner serves it
+        controller.send(Stop())
+        assert "owns the run: its workers stop" in notices_until(controller, "stop asked")[-1]
+        served = owner.serve_requests()
+        assert [r.action for r in served] == ["pause", "stop"] and owner.is_paused()
+        assert controller.view.phase == "running"  # the view goes on watching
+    finally:
+        controller.shutdown(timeout=60)
