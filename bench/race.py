@@ -28,16 +28,16 @@ def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
     model = RunModel(workers)
 
     def steps() -> dict[int, float]:
-        return {w["worker"]: w["step"] for w in run.progress()}
+        return {w["worker"]: w["step"] for w in run.workers.progress()}
 
-    while not all(w["state"] == "training" for w in run.progress()):
+    while not all(w["state"] == "training" for w in run.workers.progress()):
         time.sleep(0.5)
         model.ingest(run.new_events())
     lanes = run.race.record().lanes
     changes = []
     for i in range(3):
         time.sleep(seconds / 4)
-        changes.append((run.set_knobs(lane=0, horizon=4 if i % 2 == 0 else 3), steps()))
+        changes.append((run.knobs.set(lane=0, horizon=4 if i % 2 == 0 else 3), steps()))
     time.sleep(seconds / 4)
     # The race table as the window's controller builds it, on this run's records so far, while
     # the race runs (after the promotion there would be no lanes left to rank).
@@ -45,7 +45,7 @@ def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
     record = run.race.record()
     start, calls = time.perf_counter(), 0
     while time.perf_counter() - start < 2.0:
-        table = model.race.table(record, run.progress(), time.time())
+        table = model.race.table(record, run.workers.progress(), time.time())
         calls += 1
     table_s = (time.perf_counter() - start) / calls
     ranked = 0 if table is None else len(table.rows)

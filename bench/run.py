@@ -70,7 +70,7 @@ def merge_gain_benchmark(
         run = Run.create(Path(run_root) / f"workers-{count}", cfg, settings)
         start = time.monotonic()
         run.start()
-        run.wait()
+        run.workers.wait()
         evals: dict[int, list[float]] = {}
         for record in run.new_events():
             if isinstance(record, Eval):
@@ -96,10 +96,10 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
     run.start()
 
     def steps() -> list[float]:
-        return [w["step"] for w in run.progress()]
+        return [w["step"] for w in run.workers.progress()]
 
     def training() -> bool:
-        return all(w["state"] == "training" for w in run.progress())
+        return all(w["state"] == "training" for w in run.workers.progress())
 
     while not training():
         time.sleep(0.5)
@@ -113,7 +113,7 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
     for i in range(3):
         time.sleep(seconds / 6)
         at = steps()
-        version = run.set_knobs(horizon=4 if i % 2 == 0 else 3)
+        version = run.knobs.set(horizon=4 if i % 2 == 0 else 3)
         knob_sets.append((version, at))
     time.sleep(5)
     applied = {
@@ -123,12 +123,12 @@ def live_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> d
         applied[(w, v)] - at[w] for v, at in knob_sets for w in range(workers) if (w, v) in applied
     ]
     without = rate(seconds)
-    run.start_player(240, 320, realtime=True)
-    while run.read_frame() is None:
+    run.showcase.start(240, 320, realtime=True)
+    while run.showcase.read_frame() is None:
         time.sleep(0.5)
-    first_frame, start = run.read_frame(), time.monotonic()
+    first_frame, start = run.showcase.read_frame(), time.monotonic()
     with_player = rate(seconds)
-    last_frame = run.read_frame() or first_frame
+    last_frame = run.showcase.read_frame() or first_frame
     frames = (last_frame[1]["sequence"] - first_frame[1]["sequence"]) / 2
     run.stop()
     return {

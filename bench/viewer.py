@@ -114,7 +114,7 @@ def viewport_stats(shown: list[tuple[float, dict]], start: float, end: float, dt
 def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: str = "auto") -> dict:
     workers = run.settings.workers
     run.start(nice=WORKER_NICE)  # as the window starts them
-    while not all(w["state"] == "training" for w in run.progress()):
+    while not all(w["state"] == "training" for w in run.workers.progress()):
         time.sleep(0.5)
     # (time, steps of each worker, CPU seconds of each process group)
     marks: list[tuple[float, list[float], dict[str, float]]] = []
@@ -122,9 +122,9 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: st
     pids = {"window": [os.getpid()], "x_server": x_server_pids()}
 
     def mark() -> None:
-        pids.update(run.process_ids())
+        pids.update(workers=run.workers.pids(), player=run.showcase.pids())
         cpu = {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}
-        marks.append((time.perf_counter(), [w["step"] for w in run.progress()], cpu))
+        marks.append((time.perf_counter(), [w["step"] for w in run.workers.progress()], cpu))
 
     def rate(i: int) -> float:
         (t0, s0, _), (t1, s1, _) = marks[i], marks[i + 1]
@@ -164,7 +164,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: st
 
     threading.Thread(target=drive, daemon=True).start()
     app.run()
-    run.stop_player()
+    run.showcase.stop()
     mark()  # (closing the window and the player is not counted below)
     time.sleep(seconds)
     mark()

@@ -1,7 +1,7 @@
 """The house plan (ARCHITECTURE.md) held by the code itself: rooms import only downward, workers/
 sub-packages only the ones ARCHITECTURE.md lets them, the viewer enters workers/ by one door, no
-folder outgrows a screen of names, a long module says why, and the run's merge-frequency
-default is written once."""
+folder outgrows a screen of names, a long module says why, no class offers more than 20 public
+methods, and the run's merge-frequency default is written once."""
 
 import ast
 import re
@@ -31,6 +31,7 @@ RUN_API = {
     "workers.rundir.settings.RunSettings",
 }
 MAX_MODULES, MAX_LINES = 16, 300
+MAX_METHODS = 20  # a class's public methods, inherited ones too (issue 35: split by subject)
 
 
 def modules() -> list[Path]:
@@ -146,6 +147,50 @@ def test_a_module_over_300_lines_says_why():
         and "Over 300 lines because" not in p.read_text()
     ]
     assert silent == []
+
+
+def public_methods() -> dict[str, set[str]]:
+    """Each class of the rooms and the public methods (properties too) it defines or inherits
+    from a class of the rooms (class names are unique in them)."""
+    own, bases = {}, {}
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                own[node.name] = {
+                    item.name
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not item.name.startswith("_")
+                }
+                bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+
+    def offered(name: str) -> set[str]:
+        return own.get(name, set()).union(*(offered(b) for b in bases.get(name, [])))
+
+    return {name: offered(name) for name in own}
+
+
+def test_no_class_offers_more_than_20_public_methods():
+    methods = public_methods()
+    assert {"Run", "AttachedRun", "Controller"} <= methods.keys()
+    assert {"start", "stop", "new_events"} <= methods["Run"]  # inherited from BaseRun count
+    wide = {name: len(names) for name, names in methods.items() if len(names) > MAX_METHODS}
+    assert wide == {}
+
+
+def test_the_window_queues_commands_as_data_not_lambdas():
+    """What the window asks of a run travels as a frozen dataclass (workers/run/commands.py),
+    which can be logged and compared; a queued lambda can be neither."""
+    queued = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "viewer").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("put", "send")
+        and any(isinstance(arg, ast.Lambda) for arg in node.args)
+    ]
+    assert queued == []
 
 
 def test_the_merge_frequency_default_is_written_once():

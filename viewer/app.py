@@ -37,6 +37,7 @@ from viewer.panels.status import StatusPanel
 from viewer.panels.workers import WorkersPanel
 from viewer.recorder import ClipRecorder
 from viewer.view import View
+from workers.door import ResetShowcase
 
 # Still importable from here: the frame size (main, bench) and the typed knobs (knob table).
 __all__ = ["App", "FRAME_H", "FRAME_W"]
@@ -73,7 +74,7 @@ class App:
         self.styles = TextStyles()
         self.status = StatusPanel(self.styles)
         self.showcase = ShowcasePanel(controller, self.status.notify)
-        self.knobs = KnobsPanel(controller.set_knobs, self.styles)
+        self.knobs = KnobsPanel(controller.send, self.styles)
         self.controls = ControlsPanel(controller)
         self.charts = ChartsPanel(controller, self._layout)
         self.workers = WorkersPanel(self.styles, self._layout)
@@ -299,7 +300,7 @@ class App:
 
     def _key_backspace(self, *_) -> None:
         if not self._typing() and not self.knobs.active():
-            self.controller.reset_showcase()
+            self.controller.send(ResetShowcase())
 
     def _key_ctrl(self, action: Callable) -> Callable:
         def handler(*_) -> None:

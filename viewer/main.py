@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     from viewer.controller import Controller
 
     print(f"opening the window; run directory {run.path}", file=sys.stderr)
-    threads = run.describe_threads()
+    threads = run.workers.describe_threads()
     if threads:
         print(threads, file=sys.stderr)
     print(describe_precision(run.cfg.bf16, run.cfg.device), file=sys.stderr)

@@ -1,7 +1,8 @@
 """The one door into workers/ for the window (viewer/) and for bench/ where it drives whole runs:
-the run API, the request that makes, resumes or attaches a run, and the types and words the
-window shows. It only re-exports names (a name costs nothing per frame); tests/test_house.py
-holds that viewer/ imports nothing else of workers/, and that nothing in workers/ imports this.
+the run API and the commands it carries out (run.do), the request that makes, resumes or
+attaches a run, and the types and words the window shows. It only re-exports names (a name
+costs nothing per frame); tests/test_house.py holds that viewer/ imports nothing else of
+workers/, and that nothing in workers/ imports this.
 
 A module, not workers/__init__.py: a package's __init__ runs on every import of any module in
 it, so each worker process would load the whole front door, and sub-packages would import it
@@ -33,6 +34,24 @@ from workers.cli.presets import (
 from workers.host.precision import describe_precision
 from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
 from workers.run.base import BaseRun
+from workers.run.commands import (
+    AddWorker,
+    Checkpoint,
+    ChooseShowcase,
+    Command,
+    OpenShowcase,
+    Outcome,
+    Pause,
+    PauseRendering,
+    Promote,
+    RemoveWorker,
+    ResetShowcase,
+    RestartWorker,
+    Resume,
+    SetKnobs,
+    StartRace,
+    Stop,
+)
 from workers.run.owner import Run
 from workers.run.race import MAX_LANES, check_race, sharing
 from workers.run.race_table import LaneRow, RaceTable, RaceTracker
@@ -68,6 +87,23 @@ __all__ = [
     "OWNED",
     "Wording",
     "served_notice",
+    # what the window asks of a run, as data: run.do(command) -> Outcome
+    "Command",
+    "Outcome",
+    "SetKnobs",
+    "Pause",
+    "Resume",
+    "Checkpoint",
+    "Stop",
+    "AddWorker",
+    "RemoveWorker",
+    "RestartWorker",
+    "StartRace",
+    "Promote",
+    "OpenShowcase",
+    "ChooseShowcase",
+    "ResetShowcase",
+    "PauseRendering",
     # a run from the flags, the window's start-up or its new-run dialog, checked before made
     "NewRun",
     "RUNS",

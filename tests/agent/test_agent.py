@@ -71,6 +71,9 @@ def test_an_evaluation_leaves_training_its_own_warm_start(tiny_cfg):
     warm = agent._shifted_warm_mean(1, torch.tensor([[False]]))
     assert torch.equal(warm[0, 0, :-1], training[0, 0, 1:])
     assert torch.equal(agent._shifted_warm_mean(1, torch.tensor([[True]])), torch.zeros_like(warm))
+    # and the evaluation goes on from its own last plan, not from training's
+    evaluating = agent._shifted_warm_mean(1, torch.tensor([[False]]), eval_mode=True)
+    assert torch.equal(evaluating[0, 0, :-1], agent._eval_warm_mean[0, 0, 1:])
 
 
 def test_planner_finds_the_rewarded_action(tiny_cfg):

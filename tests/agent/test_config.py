@@ -1,6 +1,6 @@
 import pytest
 
-from agent.config import Config, field_docs, knobs_of, make_config, with_knobs
+from agent.config import Config, env_options, field_docs, knobs_of, make_config, with_knobs
 from agent.errors import ConfigError
 from agent.knobs import knobs
 
@@ -166,6 +166,7 @@ def test_env_kwargs_are_a_json_object_given_to_a_gymnasium_env():
         with pytest.raises(ConfigError, match="env_kwargs must be a JSON object") as refused:
             make_config(1, env_kwargs=bad)
         assert refused.value.field == "env_kwargs"
+        assert env_options(bad) == {}  # what the env is built with, never a list or a number
 
 
 @pytest.mark.parametrize(

@@ -305,7 +305,7 @@ def test_attached_window_pauses_and_stops_a_headless_run(tmp_path):
     assert wait_for(lambda: (run / "merge" / "merged.pt").exists(), 180)
     attached = Run.attach(run)  # what --attach RUN_DIR opens the window on
     attached.pause()
-    states = lambda: [w["state"] for w in attached.progress()]  # noqa: E731
+    states = lambda: [w["state"] for w in attached.workers.progress()]  # noqa: E731
     assert wait_for(lambda: states() == ["paused", "paused"], 60), states()
     attached.resume_training()
     running = ("seeding", "pretraining", "training")

@@ -121,16 +121,16 @@ def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
     settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=3600)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
-    frozen = run.process_ids()["workers"][1]
+    frozen = run.workers.pids()[1]
     os.kill(frozen, signal.SIGSTOP)  # worker 1 never reaches the merge: worker 0 waits for it
     stopper = None
     try:
-        assert wait_until(lambda: run.progress()[0]["state"] == "merging", 300)
+        assert wait_until(lambda: run.workers.progress()[0]["state"] == "merging", 300)
         stopper = threading.Thread(target=run.stop, daemon=True)
         stopper.start()
         # Worker 0 ends while worker 1 is still frozen: the stop reached it in the merge.
-        assert wait_until(lambda: not run.progress()[0]["alive"], 60)
-        assert run.progress()[1]["alive"]
+        assert wait_until(lambda: not run.workers.progress()[0]["alive"], 60)
+        assert run.workers.progress()[1]["alive"]
     finally:
         os.kill(frozen, signal.SIGCONT)
         if stopper is None:
@@ -141,7 +141,7 @@ def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
     assert "merge_stopped" in kinds and "merge" not in kinds
     assert kinds[-2:] == ["stop", "checkpoint"]
     assert checkpoint_path(run.path, 0).exists()
-    assert run.progress()[0]["state"] == "stopped"
+    assert run.workers.progress()[0]["state"] == "stopped"
 
 
 @pytest.mark.parametrize(
@@ -214,10 +214,10 @@ run = Run.create({path!r}, cfg, RunSettings(workers=1, merge_every=50))
 try:
     run.start()
     # No CPU budget: the player steps on at once (with one it may sleep through the test).
-    run.start_player(height=48, width=64, realtime=False, cpu_share=0.0)
+    run.showcase.start(height=48, width=64, realtime=False, cpu_share=0.0)
     deadline = time.monotonic() + 240
-    while (frame := run.read_frame()) is None or frame[1]["step"] < 5:
-        if not run.process_ids()["player"] or time.monotonic() > deadline:
+    while (frame := run.showcase.read_frame()) is None or frame[1]["step"] < 5:
+        if not run.showcase.pids() or time.monotonic() > deadline:
             print("the player ended or got stuck", flush=True)
             raise SystemExit(1)
         time.sleep(0.05)

@@ -56,7 +56,7 @@ def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_pat
         own = (run / f"rank-{k}" / f"worker-{k}.jsonl").read_bytes()
         assert (run / f"worker-{k}.jsonl").read_bytes() == own
     watcher = Run.attach(run)
-    assert [(w["worker"], w["state"], w["step"]) for w in watcher.progress()] == [
+    assert [(w["worker"], w["state"], w["step"]) for w in watcher.workers.progress()] == [
         (0, "done", 200),
         (1, "done", 200),
         (2, "done", 200),
@@ -97,8 +97,8 @@ def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(t
             lambda: (run / "run.json").exists() and events(Run.attach(run), Merge, 1), timeout=300
         )
         watcher = Run.attach(run)
-        asked_at = max(w["step"] for w in watcher.progress())
-        version = watcher.set_knobs(horizon=2)
+        asked_at = max(w["step"] for w in watcher.workers.progress())
+        version = watcher.knobs.set(horizon=2)
 
         def applied() -> list:
             return [e for e in events(watcher, KnobsApplied) if e.version == version]

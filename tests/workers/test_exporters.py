@@ -150,8 +150,8 @@ def test_workers_write_one_tensorboard_dir_and_eval_csv_each(tmp_path):
     settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
-    run.wait()
-    assert [w["state"] for w in run.progress()] == ["done", "done"]
+    run.workers.wait()
+    assert [w["state"] for w in run.workers.progress()] == ["done", "done"]
     for k in (0, 1):
         log = tmp_path / "run" / f"worker-{k}.jsonl"
         curves = tensorboard_scalars(tmp_path / "run" / "tb" / f"worker-{k}")
@@ -231,7 +231,7 @@ def test_a_race_keeps_its_lanes_apart_in_tensorboard_and_the_eval_csvs(tmp_path)
     lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(150), settings, lanes=lanes)
     run.start()
-    run.wait()
+    run.workers.wait()
     for k in (0, 1):
         log = tmp_path / "run" / f"worker-{k}.jsonl"
         curves = tensorboard_scalars(tmp_path / "run" / "tb" / f"lane-{k}" / f"worker-{k}")

@@ -103,11 +103,11 @@ class _Ended:
 def test_the_monitor_starts_a_split_packs_workers_apart_as_they_were_started(tmp_path):
     run = Run.create(tmp_path / "run", tiny(100), RunSettings(workers=3, pack=2))
     spawned = []
-    run._spawn = lambda specs: spawned.append(specs)
+    run.workers._spawn = lambda specs: spawned.append(specs)
     process = _Ended(SPLIT_PACK)
     for k in (0, 1):
-        spec = dataclasses.replace(run._spec(k, resume=True), join_step=40)
-        run._procs[k] = SimpleNamespace(
+        spec = dataclasses.replace(run.workers._spec(k, resume=True), join_step=40)
+        run.workers.procs[k] = SimpleNamespace(
             spec=spec,
             process=process,
             handled=False,
@@ -115,7 +115,9 @@ def test_the_monitor_starts_a_split_packs_workers_apart_as_they_were_started(tmp
             value=lambda field: 0.0,
             started=0.0,
         )
-    run._procs[2] = SimpleNamespace(process=_Ended(None), handled=True, spec=run._spec(2, False))
+    run.workers.procs[2] = SimpleNamespace(
+        process=_Ended(None), handled=True, spec=run.workers._spec(2, False)
+    )
     run.monitor.check()
     assert [[s.index for s in specs] for specs in spawned] == [[0], [1]]
     assert all(specs[0].resume and specs[0].join_step == 60 for specs in spawned)

@@ -30,8 +30,8 @@ def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_pat
         tmp_path / "run", cfg, RunSettings(workers=2, merge_every=100, merge_timeout_s=120)
     )
     run.start()
-    run.wait()
-    assert [w["state"] for w in run.progress()] == ["done", "done"]
+    run.workers.wait()
+    assert [w["state"] for w in run.workers.progress()] == ["done", "done"]
     for worker in (0, 1):
         episodes = events(run, Episode, worker)
         ended = [e for e in episodes if e.terminated]
@@ -54,7 +54,7 @@ def test_inverted_pendulum_runs_merges_checkpoints_and_resumes(tmp_path):
     assert (cfg.action_repeat, cfg.episode_length, cfg.episodic) == (1, 1000, True)
     run = Run.create(tmp_path / "run", cfg, RunSettings(workers=2, merge_every=80))
     run.start()
-    run.wait()
+    run.workers.wait()
     for worker in (0, 1):
         episodes = events(run, Episode, worker)
         assert episodes and all(e.terminated for e in episodes)  # an untrained pole falls
@@ -62,7 +62,7 @@ def test_inverted_pendulum_runs_merges_checkpoints_and_resumes(tmp_path):
         assert checkpoint_path(run.path, worker).exists()
     resumed = Run.resume(run.path, steps=320)
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     for worker in (0, 1):
         assert events(resumed, Resumed, worker)[0].step == 240
         assert events(resumed, Stop, worker)[-1].step == 320

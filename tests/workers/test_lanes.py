@@ -192,12 +192,12 @@ def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
     lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(420), settings, lanes=lanes)
     run.start()
-    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 110, timeout=300)
-    one_lane = run.set_knobs(lane=0, horizon=2)
-    assert wait_until(lambda: min(w["knob_version"] for w in run.progress()) >= one_lane)
+    assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 110, timeout=300)
+    one_lane = run.knobs.set(lane=0, horizon=2)
+    assert wait_until(lambda: min(w["knob_version"] for w in run.workers.progress()) >= one_lane)
     promoted = run.race.promote(1, weights=False)
-    run.wait()
-    assert [w["state"] for w in run.progress()] == ["done"] * 4
+    run.workers.wait()
+    assert [w["state"] for w in run.workers.progress()] == ["done"] * 4
     joined = []  # after the promotion: the workers of each merge
     for worker, lane, mates in ((0, 0, (0, 1)), (1, 0, (0, 1)), (2, 1, (2, 3)), (3, 1, (2, 3))):
         applied = {a.version: a for a in events(run, KnobsApplied, worker)}
@@ -223,19 +223,19 @@ def test_lanes_survive_resume_and_attach_and_a_killed_worker_restarts_into_its_l
     run = Run.create(tmp_path / "run", tiny(400), settings, lanes=lanes)
     run.monitor.restart_backoff_s = 0.1
     run.start()
-    assert wait_until(lambda: run.progress()[1]["step"] >= 130, timeout=300)
+    assert wait_until(lambda: run.workers.progress()[1]["step"] >= 130, timeout=300)
     assert Run.attach(run.path).race.record().lanes == ((0,), (1,))
-    os.kill(run._procs[1].process.pid, signal.SIGKILL)
+    os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
     assert wait_until(lambda: events(run, StartedFromMerged, 1), timeout=120)
     started = events(run, StartedFromMerged, 1)[0]
     assert started.lane == 1 and started.buffer > 0  # its own checkpointed buffer
-    run.wait()
+    run.workers.wait()
     applied = events(run, KnobsApplied, 1)
     assert applied[-1].lane == 1 and applied[-1].values["iterations"] == 2
     resumed = Run.resume(run.path, steps=450)
     assert resumed.race.record().lanes == ((0,), (1,))
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     for worker in (0, 1):
         assert events(resumed, KnobsApplied, worker)[-1].lane == worker
 
@@ -245,8 +245,8 @@ def test_an_added_worker_stays_out_of_the_mean_until_it_has_updated(tmp_path):
     run = Run.create(tmp_path / "run", tiny(500, episode_length=60), settings)
     run.start()
     assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists(), timeout=120)
-    added = run.add_worker()
-    run.wait()
+    added = run.workers.add()
+    run.workers.wait()
     merges = events(run, Merge, added)
     assert merges, "the added worker merged"
     waiting = [m for m in merges if added in m.left_out]
@@ -277,7 +277,7 @@ def test_a_running_run_splits_into_lanes_from_its_merged_weights(tmp_path):
     version = run.race.start([Lane({"iterations": 1}), Lane({"iterations": 2})])
     with pytest.raises(ConfigError, match="a race is on"):
         run.race.start([Lane(), Lane()])
-    run.wait()
+    run.workers.wait()
     for worker in (0, 1):
         applied = {a.version: a for a in events(run, KnobsApplied, worker)}
         assert applied[version].lane == worker
@@ -304,18 +304,23 @@ def test_a_merging_lane_races_a_lane_that_never_merges_and_promotes_its_weights(
     run.start()
     lane0 = run.path / "merge" / "lane-0"
     assert wait_until(
-        lambda: len(events(run, Merge, 0)) >= 2 and min(w["step"] for w in run.progress()) >= 130,
+        lambda: (
+            len(events(run, Merge, 0)) >= 2
+            and min(w["step"] for w in run.workers.progress()) >= 130
+        ),
         timeout=400,
     )
     tracker = RaceTracker()
     tracker.ingest(run.new_events())
-    table = tracker.table(run.race.record(), run.progress(), time.time())
+    table = tracker.table(run.race.record(), run.workers.progress(), time.time())
     assert sorted(row.lane for row in table.rows) == [0, 1]
     assert all(row.score is not None and row.episodes >= 1 for row in table.rows)
     run.pause()
-    assert wait_until(lambda: all(w["state"] == "paused" for w in run.progress()), timeout=120)
+    assert wait_until(
+        lambda: all(w["state"] == "paused" for w in run.workers.progress()), timeout=120
+    )
     version = run.race.promote(0)  # with its weights
-    assert wait_until(lambda: min(w["knob_version"] for w in run.progress()) >= version)
+    assert wait_until(lambda: min(w["knob_version"] for w in run.workers.progress()) >= version)
     run.stop()  # paused since the promotion: the weights each saves are the ones it took
     merged = torch.load(lane0 / "merged.pt", weights_only=True)["model"]
     for worker in range(3):
@@ -336,7 +341,7 @@ def test_a_knob_record_whose_lanes_do_not_fit_the_run_is_refused_by_every_worker
     settings = RunSettings(workers=4, merge_every=30, merge_timeout_s=120)
     run = Run.create(tmp_path / "run", tiny(100_000), settings, lanes=[Lane(), Lane()])
     run.start()
-    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 40, timeout=300)
+    assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 40, timeout=300)
     good = run.race.record()
     bad = dataclasses.replace(good, version=good.version + 1, lanes=((0, 2), (1, 3, 5)))
     (run.path / "knobs.json").write_text(json.dumps(bad.to_json()))
@@ -365,8 +370,10 @@ def test_a_killed_worker_of_a_lane_that_never_merges_restarts_from_its_own_weigh
     run.monitor.restart_backoff_s = 0.1
     run.start()
     own = run.path / "merge" / "lane-1" / "worker-1.pt"
-    assert wait_until(lambda: own.exists() and run.progress()[1]["step"] >= 100, timeout=300)
-    os.kill(run._procs[1].process.pid, signal.SIGKILL)
+    assert wait_until(
+        lambda: own.exists() and run.workers.progress()[1]["step"] >= 100, timeout=300
+    )
+    os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
     assert wait_until(lambda: events(run, StartedFromMerged, 1), timeout=120)
     run.stop()
     started = events(run, StartedFromMerged, 1)[0]

@@ -28,13 +28,13 @@ def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_pat
     run = Run.create(tmp_path / "run", tiny(400), settings)
     assert run.settings.packs == [[0, 1], [2]]
     run.start()
-    assert len({run._procs[w].process.pid for w in (0, 1, 2)}) == 2
-    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 150)
+    assert len({run.workers.procs[w].process.pid for w in (0, 1, 2)}) == 2
+    assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 150)
     with pytest.raises(UserError, match="pack cannot shrink"):
-        run.remove_worker(1)
-    version = run.set_knobs(horizon=2)
-    run.wait()
-    assert [w["state"] for w in run.progress()] == ["done"] * 3
+        run.workers.remove(1)
+    version = run.knobs.set(horizon=2)
+    run.workers.wait()
+    assert [w["state"] for w in run.workers.progress()] == ["done"] * 3
     applied = {w: [e for e in events(run, KnobsApplied, w) if e.version == version] for w in (0, 1)}
     assert applied[0] and applied[1]
     assert applied[0][0].step == applied[1][0].step  # both members at the same step
@@ -51,7 +51,7 @@ def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_pat
     resumed = Run.resume(run.path, steps=500)
     assert resumed.settings.packs == [[0, 1], [2]]
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     for worker in (0, 1, 2):
         assert events(resumed, Resumed, worker)[0].step == 400
         assert events(resumed, Stop, worker)[-1].step == 500
@@ -63,7 +63,7 @@ def test_a_pack_merges_on_the_device_and_publishes_the_mean(tmp_path):
     settings = RunSettings(workers=2, pack=2, merge_every=100, checkpoint_every=10**6)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
-    run.wait()
+    run.workers.wait()
     merges = events(run, Merge, 0)
     assert [m.step for m in merges] == [100, 200]
     assert merges[0].distances[0] > 0 and merges[0].participants == (0, 1)
@@ -106,7 +106,7 @@ def test_the_control_worker_can_be_a_pack_member_the_mean_skips(tmp_path):
     run = Run.create(tmp_path / "run", tiny(200), settings)
     assert run.settings.packs == [[0, 1, 2]] and run.settings.control_index == 2
     run.start()
-    run.wait()
+    run.workers.wait()
     merges = events(run, Merge, 0)
     assert [m.participants for m in merges] == [(0, 1), (0, 1)]
     assert not events(run, Merge, 2)

@@ -45,17 +45,17 @@ def player(live):
         lambda: all((merge / f).exists() for f in ("merged.pt", "worker-1.pt")), timeout=120
     )
     live.pause()
-    live.start_player(height=48, width=64, realtime=False)
-    assert wait_until(lambda: live.read_frame() is not None, timeout=60)
+    live.showcase.start(height=48, width=64, realtime=False)
+    assert wait_until(lambda: live.showcase.read_frame() is not None, timeout=60)
     yield live
-    live.stop_player()
+    live.showcase.stop()
     live.resume_training()
 
 
 def newest(run: Run) -> tuple:
     """The newest frame and its info (a read while the player writes a frame gets None: retry)."""
     deadline = time.monotonic() + 10
-    while (got := run.read_frame()) is None and time.monotonic() < deadline:
+    while (got := run.showcase.read_frame()) is None and time.monotonic() < deadline:
         time.sleep(0.001)
     assert got is not None, "no complete frame for 10 s"
     return got
@@ -67,7 +67,7 @@ def info(run: Run) -> dict:
 
 def test_camera_names_and_attach_refuses_other_directories(tmp_path):
     run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=1))
-    assert run.camera_names() == ["fixed", "lookatcart"]
+    assert run.showcase.camera_names() == ["fixed", "lookatcart"]
     with pytest.raises(UserError, match="not a multi-worker run"):
         Run.attach(tmp_path / "nothing-here")
     (tmp_path / "file").write_text("")
@@ -102,22 +102,24 @@ def test_merge_files_record_the_weights_step(tmp_path):
 def test_attach_sees_events_progress_and_sets_knobs(live):
     live.resume_training()  # in case the player tests ran first
     attached = Run.attach(live.path)
-    assert wait_until(lambda: min(w["step"] for w in attached.progress()) >= 50, timeout=120)
-    first = attached.progress()
+    assert wait_until(
+        lambda: min(w["step"] for w in attached.workers.progress()) >= 50, timeout=120
+    )
+    first = attached.workers.progress()
     assert [w["worker"] for w in first] == [0, 1]
-    assert set(first[0]) == set(live.progress()[0])  # the same keys as the owner's
+    assert set(first[0]) == set(live.workers.progress()[0])  # the same keys as the owner's
     assert all(w["state"] in ("seeding", "pretraining", "training") for w in first), first
     assert all(w["alive"] for w in first)
     assert wait_until(
         lambda: all(
             now["step"] > before["step"]
-            for now, before in zip(attached.progress(), first, strict=True)
+            for now, before in zip(attached.workers.progress(), first, strict=True)
         ),
         timeout=60,
     )
     seen = attached.new_events()
     assert {e.worker for e in seen} >= {0, 1} and any(isinstance(e, Merge) for e in seen)
-    version = attached.set_knobs(horizon=2)
+    version = attached.knobs.set(horizon=2)
 
     def applied() -> bool:
         seen.extend(attached.new_events())
@@ -125,8 +127,8 @@ def test_attach_sees_events_progress_and_sets_knobs(live):
         return all((w, version) in applied for w in (0, 1))
 
     assert wait_until(applied, timeout=60)
-    assert [w["knob_version"] for w in attached.progress()] == [version, version]
-    assert all(w["merges"] >= 1 for w in attached.progress())
+    assert [w["knob_version"] for w in attached.workers.progress()] == [version, version]
+    assert all(w["merges"] >= 1 for w in attached.workers.progress())
 
 
 def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
@@ -136,12 +138,12 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
     attached.pause()
     served = live.serve_requests()  # the owner's loop (command line or window) does this
     assert [(r.action, r.error) for r in served] == [("pause", None)]
-    paused = lambda: [w["state"] for w in attached.progress()] == ["paused", "paused"]  # noqa: E731
-    assert wait_until(paused, timeout=60), attached.progress()
-    assert all(w["alive"] for w in attached.progress())
+    paused = lambda: [w["state"] for w in attached.workers.progress()] == ["paused", "paused"]  # noqa: E731
+    assert wait_until(paused, timeout=60), attached.workers.progress()
+    assert all(w["alive"] for w in attached.workers.progress())
     attached.resume_training()
     live.serve_requests()
-    assert wait_until(lambda: not paused() and attached.progress()[0]["alive"], timeout=60)
+    assert wait_until(lambda: not paused() and attached.workers.progress()[0]["alive"], timeout=60)
     attached.new_events()
     attached.checkpoint()
     live.serve_requests()
@@ -153,12 +155,14 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
 
     assert wait_until(saved_by_both, timeout=60), saved
     with pytest.raises(UserError, match="not in the run"):
-        attached.remove_worker(7)  # checked here: nothing is sent
+        attached.workers.remove(7)  # checked here: nothing is sent
     attached.request_stop()
     assert [r.action for r in live.serve_requests()] == ["stop"]  # the owner stops itself
     attached.stop()  # only a local player (none here): the workers go on
     time.sleep(0.5)
-    assert all(w["alive"] and w["state"] not in ("stopped", "done") for w in live.progress())
+    assert all(
+        w["alive"] and w["state"] not in ("stopped", "done") for w in live.workers.progress()
+    )
 
 
 def test_showcase_camera_and_source_change_while_playing(player):
@@ -167,28 +171,28 @@ def test_showcase_camera_and_source_change_while_playing(player):
     assert first["camera"] == 0 and first["source"] == -1
     assert first["weights_step"] >= 50 and first["weights_round"] >= 1  # merged after a merge
 
-    player.set_showcase(camera=1)
+    player.showcase.choose(camera=1)
     assert wait_until(lambda: info(player)["camera"] == 1, timeout=60, poll=0.05)
-    player.set_showcase(source=1)
+    player.showcase.choose(source=1)
     assert wait_until(lambda: info(player)["source"] == 1, timeout=60, poll=0.05)
     shown = info(player)
     assert shown["weights_step"] >= 50 and shown["camera"] == 1
 
     with pytest.raises(ConfigError, match=r"camera must be in \[-1, 1\].*got 2"):
-        player.set_showcase(camera=2, source=0)
+        player.showcase.choose(camera=2, source=0)
     with pytest.raises(ConfigError, match=r"camera must be in \[-1, 1\].*got -2"):
-        player.set_showcase(camera=-2)
+        player.showcase.choose(camera=-2)
     with pytest.raises(ConfigError, match=r"source must be -1 .* \[0, 1\], got 2"):
-        player.set_showcase(camera=0, source=2)
+        player.showcase.choose(camera=0, source=2)
     with pytest.raises(ConfigError, match="source"):
-        player.set_showcase(source=True)
-    assert player.showcase_settings() == {"camera": 1, "source": 1, "mode": "auto"}
+        player.showcase.choose(source=True)
+    assert player.showcase.settings() == {"camera": 1, "source": 1, "mode": "auto"}
     with pytest.raises(ConfigError, match="mode must be one of auto, live, replay"):
-        player.set_showcase(mode="fast")
+        player.showcase.choose(mode="fast")
     time.sleep(0.5)
     assert (info(player)["camera"], info(player)["source"]) == (1, 1)
 
-    player.set_showcase(camera=-1, source=-1)  # MuJoCo's free camera, the merged weights
+    player.showcase.choose(camera=-1, source=-1)  # MuJoCo's free camera, the merged weights
     assert wait_until(
         lambda: (info(player)["camera"], info(player)["source"]) == (-1, -1), timeout=60
     )
@@ -199,7 +203,7 @@ def test_showcase_camera_and_source_change_while_playing(player):
 def test_reset_showcase_starts_a_new_episode(player):
     assert wait_until(lambda: 5 <= info(player)["step"] <= EPISODE // 4, timeout=30, poll=0.01)
     before = info(player)
-    player.reset_showcase()
+    player.showcase.reset()
     assert wait_until(lambda: info(player)["episode"] > before["episode"], timeout=60, poll=0.01)
     after = info(player)
     assert after["episode"] == before["episode"] + 1 and after["step"] < EPISODE // 2
@@ -315,7 +319,7 @@ def test_the_showcase_replays_a_workers_finished_episode_at_real_speed(player):
         player.resume_training()
         assert wait_until(replay.exists, timeout=180)
         player.pause()
-    player.set_showcase(source=0, mode="replay")
+    player.showcase.choose(source=0, mode="replay")
     assert wait_until(lambda: info(player).get("replay") == 1, timeout=60, poll=0.05)
 
     def fresh() -> tuple[dict, float]:
@@ -335,6 +339,6 @@ def test_the_showcase_replays_a_workers_finished_episode_at_real_speed(player):
                 # 50 poses a second at cartpole's 0.02 s per agent step
                 measured.append((later["step"] - first["step"]) * 0.02 / (t_later - t_first))
     assert measured and all(0.7 < speed < 1.3 for speed in measured), measured
-    player.set_showcase(mode="live")
+    player.showcase.choose(mode="live")
     assert wait_until(lambda: info(player).get("replay") == 0, timeout=60, poll=0.05)
-    player.set_showcase(source=-1, mode="auto")
+    player.showcase.choose(source=-1, mode="auto")

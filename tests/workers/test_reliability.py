@@ -14,7 +14,7 @@ import pytest
 from conftest import events, wait_until
 from conftest import tiny_run as tiny
 
-import workers.run.base
+import workers.run.knobs
 import workers.run.owner
 import workers.rundir.directory
 from agent.errors import UserError, WeightsError
@@ -54,7 +54,7 @@ def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, m
     run.start()
     try:
         assert wait_until(lambda: len(events(run, Merge, 0)) >= 1, timeout=300)
-        os.kill(run._procs[1].process.pid, signal.SIGKILL)
+        os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
         assert wait_until(lambda: events(run, Crashed, 1), timeout=30)
         crash = events(run, Crashed, 1)[0]
         assert crash.signal == "SIGKILL" and not crash.final
@@ -92,24 +92,24 @@ def test_worker_that_keeps_dying_is_left_out_for_good(tmp_path):
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
 
     def restarted(old_pid):
-        running = run.progress()[1]["state"] not in ("starting", "crashed")
-        return run._procs[1].process.pid != old_pid and running
+        running = run.workers.progress()[1]["state"] not in ("starting", "crashed")
+        return run.workers.procs[1].process.pid != old_pid and running
 
     run.start()
     try:
-        assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 20, timeout=300)
-        first = run._procs[1].process.pid
+        assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 20, timeout=300)
+        first = run.workers.procs[1].process.pid
         os.kill(first, signal.SIGKILL)
         assert wait_until(lambda: len(events(run, Crashed, 1)) == 1, timeout=30)
         assert wait_until(lambda: restarted(first), timeout=120)  # after the back-off
-        os.kill(run._procs[1].process.pid, signal.SIGKILL)
+        os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
         assert wait_until(lambda: len(events(run, Crashed, 1)) == 2, timeout=30)
         final = events(run, Crashed, 1)[-1]
         assert final.final and "left out for good after 1 restart" in final.message
         members = json.loads((run.path / "merge" / "members.json").read_text())
         assert members["workers"] == [0] and "left out for good" in members["down"]["1"]
-        assert not run.restarting and run.progress()[1]["state"] == "crashed"
-        assert run.progress()[0]["alive"], "the survivor goes on"
+        assert not run.workers.restarting and run.workers.progress()[1]["state"] == "crashed"
+        assert run.workers.progress()[0]["alive"], "the survivor goes on"
     finally:
         run.stop()
 
@@ -120,16 +120,16 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
     # took 2500 from the code and stopped merging).
     settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=120)
     run = Run.create(tmp_path / "run", tiny(200), settings)
-    assert run.set_knobs(merge_every=100, horizon=2) == 1
+    assert run.knobs.set(merge_every=100, horizon=2) == 1
     run.start()
-    run.wait()
+    run.workers.wait()
     assert {m.round for m in events(run, Merge, 0)} == {1, 2}
     (run.path / "knobs.json").write_text("{not json")
     (run.path / "knobs.jsonl").write_text("garbage\n")
 
     resumed = Run.resume(run.path, steps=400)
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     resumed_at = events(resumed, Resumed, 0)[0].time
     later = [m for m in events(resumed, Merge, 0) if m.time > resumed_at]
     assert sorted(m.round for m in later) == [3, 4]  # every 100 steps: 300, 400
@@ -145,9 +145,9 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
     told = [n for n in told if "knob record" in n]
     assert len(told) == 1 and "merge_every=100" in told[0], told  # once, not per worker
     # Setting a knob writes a good record again, from the values in force (the workers').
-    assert resumed.knob_values() == (1, {**refused[0].in_force})
-    assert resumed.set_knobs(horizon=3) == 2
-    assert resumed.knobs.read() == (2, {**refused[0].in_force, "horizon": 3})
+    assert resumed.knobs.values() == (1, {**refused[0].in_force})
+    assert resumed.knobs.set(horizon=3) == 2
+    assert resumed.knobs.store.read() == (2, {**refused[0].in_force, "horizon": 3})
 
 
 def test_knob_store_falls_back_to_the_newest_good_version(tmp_path):
@@ -177,17 +177,19 @@ def test_a_knob_change_reads_metrics_files_only_when_the_knob_record_is_damaged(
 ):
     run = Run.create(tmp_path / "run", tiny(10), RunSettings(workers=2, merge_every=50))
     read = []
-    real = workers.run.base.tail_records
+    real = workers.run.knobs.tail_records
     monkeypatch.setattr(
-        workers.run.base, "tail_records", lambda path: read.append(path) or real(path)
+        workers.run.knobs, "tail_records", lambda path: read.append(path) or real(path)
     )
-    assert run.set_knobs(horizon=2) == 1 and read == []  # a good record: no file is read
+    assert run.knobs.set(horizon=2) == 1 and read == []  # a good record: no file is read
     (run.path / "knobs.json").write_text("{not json")
     (run.path / "knobs.jsonl").write_text("garbage\n")
     # Both damaged: the values the workers recorded running with (none yet: the run's own).
-    run.set_knobs(horizon=3)
+    run.knobs.set(horizon=3)
     assert sorted(p.name for p in read) == ["worker-0.jsonl", "worker-1.jsonl"]
-    assert run.knobs.read()[1]["horizon"] == 3 and run.knobs.read()[1]["merge_every"] == 50
+    assert (
+        run.knobs.store.read()[1]["horizon"] == 3 and run.knobs.store.read()[1]["merge_every"] == 50
+    )
 
 
 def test_window_shows_a_refused_knob_record_on_the_knob_panel():
@@ -248,14 +250,14 @@ def test_resume_from_a_truncated_checkpoint_uses_the_previous_one(tmp_path):
     settings = RunSettings(workers=1, checkpoint_every=150)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
-    run.wait()
+    run.workers.wait()
     ckpt = checkpoint_path(run.path, 0)
     assert load_state(ckpt)["step"] == 200 and load_state(previous_path(ckpt))["step"] == 150
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
 
     resumed = Run.resume(run.path, steps=300)
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     record = events(resumed, Resumed, 0)[-1]
     assert record.step == 150 and record.checkpoint == "worker-0.prev.pt"
     assert "worker-0.pt" in record.fallback and "at step 150" in record.fallback
@@ -333,15 +335,15 @@ def test_a_run_directory_moved_away_mid_run_stops_the_workers(tmp_path):
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
     try:
-        assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 20, timeout=300)
+        assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 20, timeout=300)
         moved = tmp_path / "moved"
         os.rename(run.path, moved)
-        assert wait_until(lambda: not any(w["alive"] for w in run.progress()), timeout=60)
+        assert wait_until(lambda: not any(w["alive"] for w in run.workers.progress()), timeout=60)
         made = sorted(str(p) for p in run.path.rglob("*")) if run.path.exists() else None
         assert made is None, f"a partial run was made where the directory was: {made}"
-        assert [w["state"] for w in run.progress()] == ["stopped", "stopped"]
-        assert [p.process.exitcode for p in run._procs.values()] == [3, 3]
-        assert not run.restarting
+        assert [w["state"] for w in run.workers.progress()] == ["stopped", "stopped"]
+        assert [p.process.exitcode for p in run.workers.procs.values()] == [3, 3]
+        assert not run.workers.restarting
         told = [n for n in run.notices() if "vanished" in n]
         assert len(told) == 1 and told[0].startswith(f"error: the run directory {run.path}")
         for worker in (0, 1):  # the records that were written moved with the directory
@@ -407,26 +409,28 @@ def test_a_full_disk_pauses_training_until_space_is_freed(small_disk):
     run = Run.create(small_disk / "run", tiny(100_000), settings)
     run.start()
     try:
-        assert wait_until(lambda: run.progress()[0]["step"] >= 120, timeout=300)
+        assert wait_until(lambda: run.workers.progress()[0]["step"] >= 120, timeout=300)
         ballast = small_disk / "ballast"
         with open(ballast, "wb") as f:  # fill the disk
             with contextlib.suppress(OSError):
                 while True:
                     f.write(b"\0" * 65536)
                     f.flush()
-        assert wait_until(lambda: run.progress()[0]["state"] == "disk full", timeout=120)
-        blocked = run.progress()[0]
+        assert wait_until(lambda: run.workers.progress()[0]["state"] == "disk full", timeout=120)
+        blocked = run.workers.progress()[0]
         assert wait_until(lambda: any("paused" in n for n in run.notices()), timeout=10)
         log = small_disk / "run" / "worker-0.jsonl"
         before = [json.loads(line) for line in _lines(log)]  # every line whole
         ckpt = checkpoint_path(run.path, 0)
         kept = load_checkpoint(ckpt)[0]["step"]  # the newest complete checkpoint stays
         time.sleep(3)  # still paused: it tried again and failed
-        assert run.progress()[0]["state"] == "disk full"
-        assert run.progress()[0]["step"] == blocked["step"]
+        assert run.workers.progress()[0]["state"] == "disk full"
+        assert run.workers.progress()[0]["step"] == blocked["step"]
 
         ballast.unlink()  # space again: training goes on by itself
-        assert wait_until(lambda: run.progress()[0]["step"] >= blocked["step"] + 60, timeout=120)
+        assert wait_until(
+            lambda: run.workers.progress()[0]["step"] >= blocked["step"] + 60, timeout=120
+        )
         assert any("writes again" in n for n in run.notices())
     finally:
         run.stop()

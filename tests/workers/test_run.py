@@ -30,13 +30,13 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
     settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000, merge_timeout_s=120)
     run = Run.create(tmp_path / "run", tiny(400), settings)
     run.start()
-    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 150)
+    assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 150)
     with pytest.raises(ConfigError, match="horizon"):
-        run.set_knobs(horizon=99)
-    version = run.set_knobs(horizon=2, merge_every=120)
+        run.knobs.set(horizon=99)
+    version = run.knobs.set(horizon=2, merge_every=120)
     assert version == 1
-    run.wait()
-    assert [w["state"] for w in run.progress()] == ["done", "done"]
+    run.workers.wait()
+    assert [w["state"] for w in run.workers.progress()] == ["done", "done"]
     for worker in (0, 1):
         applied = [e for e in events(run, KnobsApplied, worker) if e.version == 1]
         assert applied and applied[0].values["horizon"] == 2
@@ -54,7 +54,7 @@ def test_two_workers_merge_apply_knobs_checkpoint_and_resume(tmp_path):
     # Resume continues from the checkpoints with the knobs in force.
     resumed = Run.resume(run.path, steps=500)
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     for worker in (0, 1):
         assert events(resumed, Resumed, worker)[0].step == 400
         assert events(resumed, Stop, worker)[-1].step == 500
@@ -66,17 +66,19 @@ def test_killed_worker_is_left_out_and_can_restart(tmp_path):
     )  # restarted by hand here (tests/workers/test_reliability.py: automatically)
     run = Run.create(tmp_path / "run", tiny(600), settings)
     run.start()
-    assert wait_until(lambda: min(w["step"] for w in run.progress()) >= 120)
-    victim = run.progress()[1]
-    os.kill(run._procs[1].process.pid, signal.SIGKILL)
-    assert wait_until(lambda: run.progress()[1]["state"] == "crashed", timeout=30)
-    assert run.dead_workers() == [1] and run.dead_workers() == []
+    assert wait_until(lambda: min(w["step"] for w in run.workers.progress()) >= 120)
+    victim = run.workers.progress()[1]
+    os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
+    assert wait_until(lambda: run.workers.progress()[1]["state"] == "crashed", timeout=30)
+    assert run.workers.dead() == [1] and run.workers.dead() == []
     # Worker 0 goes on and merges without the dead one (after the bounded wait).
     assert wait_until(
         lambda: any(m.participants == (0,) for m in events(run, Merge, 0)), timeout=120
     )
-    run.restart_worker(1)
-    assert wait_until(lambda: run.progress()[1]["state"] in ("seeding", "training"), timeout=60)
+    run.workers.restart(1)
+    assert wait_until(
+        lambda: run.workers.progress()[1]["state"] in ("seeding", "training"), timeout=60
+    )
     run.stop()
     restarted = events(run, StartedFromMerged, 1)
     # It counts on from the step of the worker that kept going, so their merge rounds line up.
@@ -101,11 +103,11 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
     run.start()
     assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists(), timeout=180)
     with pytest.raises(ConfigError, match="frame size"):
-        run.start_player(height=4, width=4)
-    run.set_showcase(mode="live")  # the planner acting (auto would replay on this CPU budget)
-    run.start_player(height=60, width=80, realtime=False)
-    assert wait_until(lambda: run.read_frame() is not None, timeout=120)
-    frame, info = run.read_frame()
+        run.showcase.start(height=4, width=4)
+    run.showcase.choose(mode="live")  # the planner acting (auto would replay on this CPU budget)
+    run.showcase.start(height=60, width=80, realtime=False)
+    assert wait_until(lambda: run.showcase.read_frame() is not None, timeout=120)
+    frame, info = run.showcase.read_frame()
     assert frame.shape == (60, 80, 3) and frame.std() > 5
     assert info["weights_round"] >= 1
     assert wait_until(
@@ -114,25 +116,25 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
         ),
         timeout=120,
     )
-    run.pause_rendering()
+    run.showcase.pause_rendering()
     time.sleep(1.0)
-    seq = run.read_frame()[1]["sequence"]
+    seq = run.showcase.read_frame()[1]["sequence"]
     time.sleep(1.0)
-    assert run.read_frame()[1]["sequence"] == seq, "rendering did not pause"
+    assert run.showcase.read_frame()[1]["sequence"] == seq, "rendering did not pause"
     run.stop()
-    assert all(w["state"] == "stopped" for w in run.progress())
+    assert all(w["state"] == "stopped" for w in run.workers.progress())
 
 
 def test_control_worker_never_merges(tmp_path):
     settings = RunSettings(workers=3, control_worker=True)
     run = Run.create(tmp_path / "run", tiny(10), settings)
-    specs = [run._spec(i, resume=False) for i in range(3)]
+    specs = [run.workers._spec(i, resume=False) for i in range(3)]
     assert [s.merge_with for s in specs] == [(0, 1), (0, 1), ()]
     assert len({s.cfg["seed"] for s in specs}) == 3, "each worker has its own seed"
     # A lone worker has the merge backend (it publishes its weights as the merged ones and
     # merges once a worker is added); workers added later come after the control worker.
     alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
-    assert alone._spec(0, resume=False).merge_with == (0,)
+    assert alone.workers._spec(0, resume=False).merge_with == (0,)
     grown = RunSettings(workers=5, control_worker=True, added=2, removed=[0])
     assert grown.control_index == 2 and grown.merging == [1, 3, 4] and grown.removed == (0,)
 
@@ -143,12 +145,12 @@ def test_auto_iterations_become_a_live_knob_holding_the_base_count(tmp_path):
     # value, as the reference does, so the record holds 6 for humanoid too (it plans 8).
     walker = Run.create(tmp_path / "w", tiny(10, task="walker-walk", iterations=0), RunSettings())
     assert walker.cfg.iterations == 6
-    assert walker.knobs.read()[1]["iterations"] == 6
-    assert walker.set_knobs(horizon=4) == 1
+    assert walker.knobs.store.read()[1]["iterations"] == 6
+    assert walker.knobs.set(horizon=4) == 1
     humanoid = Run.create(
         tmp_path / "h", tiny(10, task="humanoid-walk", iterations=0), RunSettings()
     )
-    assert humanoid.knobs.read()[1]["iterations"] == 6
+    assert humanoid.knobs.store.read()[1]["iterations"] == 6
     assert humanoid.cfg.resolved_iterations(21) == 8
 
 
@@ -160,17 +162,20 @@ def test_stop_during_pretraining_checkpoints_and_resume_finishes_it(tmp_path):
         tmp_path / "run", tiny(seed_steps + 100, seed_steps=seed_steps), RunSettings(workers=1)
     )
     run.start()
-    assert wait_until(lambda: run.progress()[0]["updates"] >= 20, timeout=300)
-    assert run.progress()[0]["state"] == "pretraining"
+    assert wait_until(lambda: run.workers.progress()[0]["updates"] >= 20, timeout=300)
+    assert run.workers.progress()[0]["state"] == "pretraining"
     run.stop(timeout=120)
-    assert run.progress()[0]["state"] == "stopped" and run.progress()[0]["exitcode"] == 0
+    assert (
+        run.workers.progress()[0]["state"] == "stopped"
+        and run.workers.progress()[0]["exitcode"] == 0
+    )
     ckpt = load_state(checkpoint_path(run.path, 0), "cpu")
     assert not ckpt["pretrained"] and 20 <= ckpt["pretrain_updates"] < seed_steps
     assert ckpt["updates"] == ckpt["pretrain_updates"]
 
     resumed = Run.resume(run.path)
     resumed.start()
-    resumed.wait()
+    resumed.workers.wait()
     final = load_state(checkpoint_path(run.path, 0), "cpu")
     assert final["pretrained"] and final["pretrain_updates"] == seed_steps
     # One update per step after pretraining (steps_per_update 1), not a second full pretraining.
@@ -181,17 +186,17 @@ def test_add_and_remove_workers_mid_run(tmp_path):
     settings = RunSettings(workers=2, merge_every=50, checkpoint_every=10_000, merge_timeout_s=30)
     run = Run.create(tmp_path / "run", tiny(700), settings)
     with pytest.raises(UserError, match="start the run"):
-        run.add_worker()
+        run.workers.add()
     run.start()
     with pytest.raises(UserError, match="merged weights"):
-        run.add_worker()  # nothing merged yet to start it from
+        run.workers.add()  # nothing merged yet to start it from
     assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists())
     watcher = Run.attach(run.path)  # a window attached to the run follows its workers
-    assert len(watcher.progress()) == 2
-    slowest = min(w["step"] for w in run.progress())
-    assert run.add_worker() == 2
+    assert len(watcher.workers.progress()) == 2
+    slowest = min(w["step"] for w in run.workers.progress())
+    assert run.workers.add() == 2
     assert json.loads((run.path / "run.json").read_text())["workers"] == 3
-    assert len(watcher.progress()) == 3
+    assert len(watcher.workers.progress()) == 3
     joined = lambda: events(run, StartedFromMerged, 2)  # noqa: E731
     assert wait_until(lambda: joined(), timeout=120)
     assert joined()[0].step >= slowest, "the new worker counts on from the others' step"
@@ -199,30 +204,30 @@ def test_add_and_remove_workers_mid_run(tmp_path):
         lambda: any(m.participants == (0, 1, 2) for m in events(run, Merge, 0)), timeout=240
     ), "the added worker never took part in a merge"
 
-    run.remove_worker(0)
+    run.workers.remove(0)
     with pytest.raises(UserError, match="not in the run"):
-        run.remove_worker(0)
-    assert wait_until(lambda: run.progress()[0]["state"] == "removed", timeout=60)
-    run.wait()
+        run.workers.remove(0)
+    assert wait_until(lambda: run.workers.progress()[0]["state"] == "removed", timeout=60)
+    run.workers.wait()
     # Rounds after worker 0's last one (a record's time is when its merge ended, so worker 1's
     # record of the round worker 0 took part in may come after worker 0 left).
     last_round_of_0 = max(m.round for m in events(run, Merge, 0))
     later = [m for m in events(run, Merge, 1) if m.round > last_round_of_0]
     wrong = [m for m in later if m.participants != (1, 2) or 0 in m.left_out]
     assert later and not wrong, wrong
-    assert [w["state"] for w in run.progress()] == ["removed", "done", "done"]
-    assert [w["state"] for w in watcher.progress()] == ["removed", "done", "done"]
+    assert [w["state"] for w in run.workers.progress()] == ["removed", "done", "done"]
+    assert [w["state"] for w in watcher.workers.progress()] == ["removed", "done", "done"]
     with pytest.raises(UserError, match="no process is training this run"):
         watcher.pause()  # nobody would serve the request
 
     resumed = Run.resume(run.path, steps=800)
     assert resumed.settings.active == [1, 2]
     resumed.start()
-    assert sorted(resumed._procs) == [1, 2], "a removed worker is not resumed"
+    assert sorted(resumed.workers.procs) == [1, 2], "a removed worker is not resumed"
     resumed.stop()
     with pytest.raises(UserError, match="at least one worker"):
         alone = Run.create(tmp_path / "one", tiny(10), RunSettings(workers=1))
-        alone.remove_worker(0)
+        alone.workers.remove(0)
 
 
 def test_attached_view_follows_phases_pause_and_stop_from_the_records(tmp_path):
@@ -233,9 +238,9 @@ def test_attached_view_follows_phases_pause_and_stop_from_the_records(tmp_path):
     def record(kind, **fields):
         with open(log, "a") as f:
             f.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
-        return watcher.progress()[0]
+        return watcher.workers.progress()[0]
 
-    assert watcher.progress()[0]["state"] == "attached-idle"  # nothing heard yet
+    assert watcher.workers.progress()[0]["state"] == "attached-idle"  # nothing heard yet
     assert not watcher.resting  # maybe still starting: not known to rest
     assert record("seeding", step=40)["state"] == "seeding"
     seen = record("pretraining", step=99, updates=250)

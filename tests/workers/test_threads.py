@@ -77,6 +77,6 @@ def test_workers_get_the_policy_unless_the_run_says(tmp_path, tiny_cfg):
     from workers.run.owner import Run, RunSettings
 
     run = Run.create(tmp_path / "a", tiny_cfg, RunSettings(workers=2))
-    assert run._spec(0, resume=False).threads == policy_threads(2, available_cores())
+    assert run.workers._spec(0, resume=False).threads == policy_threads(2, available_cores())
     fixed = Run.create(tmp_path / "b", tiny_cfg, RunSettings(workers=2, threads_per_worker=2))
-    assert fixed._spec(1, resume=False).threads == 2
+    assert fixed.workers._spec(1, resume=False).threads == 2

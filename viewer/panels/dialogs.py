@@ -13,7 +13,9 @@ from viewer.controller import Controller
 from viewer.panels import TextStyles
 from viewer.view import View
 from workers.door import (
+    Checkpoint,
     RunSettings,
+    Stop,
     cuda_available,
     demo_preset,
     model_sizes,
@@ -80,8 +82,10 @@ class DialogsPanel:
                 )
                 dpg.add_separator()
                 dpg.add_menu_item(label="Start a race...", callback=lambda: self.start_race())
-                dpg.add_menu_item(label="Save checkpoint", callback=self.controller.checkpoint)
-                dpg.add_menu_item(label="Stop run", callback=self.controller.stop)
+                dpg.add_menu_item(
+                    label="Save checkpoint", callback=self.controller.sender(Checkpoint())
+                )
+                dpg.add_menu_item(label="Stop run", callback=self.controller.sender(Stop()))
                 dpg.add_separator()
                 dpg.add_menu_item(label="Quit    Ctrl+Q", callback=lambda: self.quit())
             with dpg.menu(label="View"):

@@ -18,7 +18,7 @@ import dearpygui.dearpygui as dpg
 from agent.knobs import knobs
 from viewer.panels import TextStyles
 from viewer.view import View
-from workers.door import MAX_LANES
+from workers.door import MAX_LANES, Command, SetKnobs
 
 ALL_LANES = "all lanes"
 
@@ -49,11 +49,11 @@ def knob_widgets() -> list[KnobWidget]:
 class KnobsPanel:
     def __init__(
         self,
-        send: Callable[..., None],
+        send: Callable[[Command], None],
         styles: TextStyles,
         knobs: Callable[[], list[KnobWidget]] = knob_widgets,
     ) -> None:
-        self.send = send  # the controller's set_knobs(lane=None, **changes)
+        self.send = send  # the controller's send
         self.lanes = 0  # lanes of the race shown (0: no race)
         self.styles = styles
         self._knobs = knobs
@@ -164,4 +164,4 @@ class KnobsPanel:
         if any(dpg.is_item_active(f"knob_{name}") for name in self.pending):
             return
         changes, self.pending = self.pending, {}
-        self.send(lane=self.target(), **changes)
+        self.send(SetKnobs(changes, lane=self.target()))

@@ -16,7 +16,16 @@ from agent.errors import ConfigError
 from viewer.controller import Controller
 from viewer.panels import TextStyles, data_table
 from viewer.view import View
-from workers.door import MAX_LANES, level_text, parse_lane, reached_text, row_cells, summary_lines
+from workers.door import (
+    MAX_LANES,
+    Promote,
+    StartRace,
+    level_text,
+    parse_lane,
+    reached_text,
+    row_cells,
+    summary_lines,
+)
 
 COLUMNS = ("", "lane", "knobs", "workers", "steps", "steps/s", "return", "eval (n)", "score")
 THRESHOLDS = 3  # the race table's threshold columns (workers/run/race_table.py FRACTIONS)
@@ -129,13 +138,13 @@ class RacePanel:
             dpg.set_value("race_error", problem)
             return
         dpg.hide_item("race_dialog")
-        self.controller.start_race(lanes)
+        self.controller.send(StartRace(tuple(lanes)))
 
     def _promote(self, *_) -> None:
         chosen = dpg.get_value("promote_lane")
         if chosen:
             weights = bool(dpg.get_value("promote_weights"))
-            self.controller.promote(int(chosen.split()[-1]), weights)
+            self.controller.send(Promote(int(chosen.split()[-1]), weights))
 
     def texts(self) -> list[list[str]]:
         """The table's cells as drawn, row by row (for end-to-end tests); none when hidden."""

@@ -19,6 +19,7 @@ from viewer import theme
 from viewer.controller import Controller
 from viewer.recorder import ClipRecorder, media_dir, media_path, save_screenshot
 from viewer.view import View
+from workers.door import ChooseShowcase, PauseRendering, ResetShowcase
 
 FRAME_H, FRAME_W = 300, 400
 MODE_LABELS = {"auto": "auto", "live": "live", "replay": "replay at 1x"}
@@ -81,7 +82,7 @@ class ShowcasePanel:
                 )
         with dpg.group(horizontal=True):
             dpg.add_button(label="Pause rendering", tag="render_pause", callback=self.toggle_render)
-            dpg.add_button(label="Reset episode", callback=self.controller.reset_showcase)
+            dpg.add_button(label="Reset episode", callback=self.controller.sender(ResetShowcase()))
             dpg.add_button(label="Screenshot", callback=self.screenshot)
             dpg.add_button(label="Record clip", tag="record", callback=self.toggle_record)
 
@@ -158,20 +159,21 @@ class ShowcasePanel:
     # callbacks -----------------------------------------------------------------------
     def _on_camera(self, sender, value) -> None:
         if value in self._shown_cameras:
-            self.controller.set_showcase(camera=self._shown_cameras.index(value))
+            self.controller.send(ChooseShowcase(camera=self._shown_cameras.index(value)))
 
     def _on_source(self, sender, value) -> None:
         if value in self._shown_sources:
-            self.controller.set_showcase(source=self._source_ids[self._shown_sources.index(value)])
+            source = self._source_ids[self._shown_sources.index(value)]
+            self.controller.send(ChooseShowcase(source=source))
 
     def _on_mode(self, sender, value) -> None:
         mode = next((m for m, label in MODE_LABELS.items() if label == value), None)
         if mode is not None:
-            self.controller.set_showcase(mode=mode)
+            self.controller.send(ChooseShowcase(mode=mode))
 
     def toggle_render(self, *_) -> None:
         self.render_paused = not self.render_paused
-        self.controller.pause_rendering(self.render_paused)
+        self.controller.send(PauseRendering(self.render_paused))
         dpg.set_item_label(
             "render_pause", "Resume rendering" if self.render_paused else "Pause rendering"
         )

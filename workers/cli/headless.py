@@ -53,7 +53,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     next_table = time.monotonic() + RACE_TABLE_S
     try:
         run.start()
-        while any(w["alive"] for w in run.progress()) or run.restarting:
+        while any(w["alive"] for w in run.workers.progress()) or run.workers.restarting:
             time.sleep(0.5)  # requests from an attached window are served within this
             if time.monotonic() >= next_table and not args.quiet:
                 next_table += RACE_TABLE_S
@@ -64,8 +64,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
                 break
             for line in run.notices():  # a worker died, restarts, a knob record refused
                 progress.write(line)
-            progress.update(run.progress())
-        progress.update(run.progress(), force=True)
+            progress.update(run.workers.progress())
+        progress.update(run.workers.progress(), force=True)
         run.check_run_dir()
         for line in run.notices():  # what the last moments brought (a vanished directory)
             progress.write(line)
@@ -78,7 +78,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     if run.gone:  # said above; nothing to continue from where it was
         return 1
     _print_race(run, lambda text: print(text, file=sys.stderr))
-    if any(w["exitcode"] == DOES_NOT_FIT for w in run.progress()):
+    if any(w["exitcode"] == DOES_NOT_FIT for w in run.workers.progress()):
         return 1  # said above (the worker's line): the run cannot go on as it is
     print(f"{run.summary(interrupted)}; continue with --resume {run.path}", file=sys.stderr)
     return _exit_code(interrupted, stops)
@@ -89,7 +89,7 @@ def _print_race(run, say: Callable[[str], None]) -> None:
     from workers.run.race_text import race_of
 
     seeds = run.cfg.resolved_seed_steps
-    table = race_of(run.path, run.race.record(), run.progress(), run.cfg.task, seeds)
+    table = race_of(run.path, run.race.record(), run.workers.progress(), run.cfg.task, seeds)
     if table:
         say(f"race, best first:\n{table}")
 

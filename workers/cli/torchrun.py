@@ -129,7 +129,7 @@ def run_rank(args: argparse.Namespace) -> int:
             return 1
         if rank == 0:
             attached = Run.attach(path)
-            stopped = any(w["state"] == "stopped" for w in attached.progress())
+            stopped = any(w["state"] == "stopped" for w in attached.workers.progress())
             print(attached.summary(stopped), file=sys.stderr)
         return 0
     finally:

@@ -13,7 +13,18 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import ConfigError, UserError
-from workers.run.base import BaseRun
+from workers.run.base import BaseRun, Workers
+from workers.run.commands import (
+    AddWorker,
+    Checkpoint,
+    Command,
+    Pause,
+    RemoveWorker,
+    RestartWorker,
+    Resume,
+    Stop,
+    request_fields,
+)
 from workers.run.wording import ATTACHED
 from workers.rundir.paths import RUN
 from workers.rundir.settings import RunSettings, read_record
@@ -36,6 +47,7 @@ class AttachedRun(BaseRun):
     def __init__(self, path: Path, cfg: Config, settings: RunSettings) -> None:
         super().__init__(path, cfg, settings, resumed=True)
         self._settings_changed = 0  # run.json's mtime when last read
+        self.workers = AttachedWorkers(self)
 
     @classmethod
     def open(cls, path: str | Path) -> AttachedRun:
@@ -53,73 +65,36 @@ class AttachedRun(BaseRun):
         pass  # the workers are another process's
 
     def is_paused(self) -> bool:
-        return any(w["state"] == "paused" for w in self.progress() if w["state"] != "removed")
+        rows = self.workers.progress()
+        return any(w["state"] == "paused" for w in rows if w["state"] != "removed")
 
-    def stop_elsewhere(self) -> bool:
-        self.request_stop()
-        return True
-
-    def _ask_owner(self, action: str, worker: int | None = None, lane: int | None = None) -> None:
+    def _ask_owner(self, command: Command) -> None:
         """Pass a request to the process that owns the run (see Run.serve_requests)."""
         if self.settings.ranks:
             raise UserError(TORCHRUN_JOB.format(ranks=self.settings.ranks))
         # Workers not heard from yet may still be starting: only silence after records, or
         # every worker ended, shows that nobody is there.
-        if not any(w["alive"] or not w["heartbeat"] for w in self.progress()):
+        if not any(w["alive"] or not w["heartbeat"] for w in self.workers.progress()):
             raise UserError(NOT_SERVED.format(path=self.path))
-        self.requests.send(action, worker, lane)
+        self.requests.send(command.action, **request_fields(command))
 
     def pause(self) -> None:
-        self._ask_owner("pause")
+        self._ask_owner(Pause())
 
     def resume_training(self) -> None:
-        self._ask_owner("resume_training")
+        self._ask_owner(Resume())
 
     def checkpoint(self) -> None:
-        self._ask_owner("checkpoint")
+        self._ask_owner(Checkpoint())
 
     def request_stop(self) -> None:
         """Ask the owner to stop training (compare stop(), which only lets go of the run)."""
-        self._ask_owner("stop")
+        self._ask_owner(Stop())
 
     def stop(self, timeout: float = 120.0) -> None:
         """Stop this view's showcase player only: the workers are another process's (to stop
         them, request_stop)."""
-        self.stop_player()
-
-    def restart_worker(self, index: int) -> None:
-        self._check_restartable(index)
-        self._ask_owner("restart_worker", worker=index)
-
-    def add_worker(self, lane: int | None = None) -> int:
-        """Ask the owner to add a worker (to lane `lane` in a race); returns the index it
-        will have."""
-        try:
-            self._check_merged_weights(self.race.lane_for_new(lane))
-        except ConfigError as err:
-            raise UserError(str(err)) from None
-        self._ask_owner("add_worker", lane=lane)
-        return self.settings.workers
-
-    def remove_worker(self, index: int) -> None:
-        self._check_removable(index)
-        self._ask_owner("remove_worker", worker=index)
-
-    def progress(self) -> list[dict]:
-        """The owner's keys, from the workers' metrics records read so far: state
-        seeding/pretraining/training/paused as recorded if a record arrived within
-        ATTACHED_IDLE_S, else 'attached-idle', or done/stopped/crashed as recorded; exitcode
-        None."""
-        self._poll()
-        rows = [self._tail.seen(i).progress(i) for i in range(self.settings.workers)]
-        for row in rows:
-            if row["worker"] in self.settings.removed and not row["alive"]:
-                row["state"] = "removed"
-        # Nothing trains (paused or ended): this view's showcase may use the free cores,
-        # as the owner's does while it pauses (the event is local to an attached run).
-        resting = all(r["state"] == "paused" or (not r["alive"] and r["heartbeat"]) for r in rows)
-        (self._pause.set if rows and resting else self._pause.clear)()
-        return rows
+        self.showcase.stop()
 
     def _poll(self) -> None:
         self._follow_settings()
@@ -134,3 +109,48 @@ class AttachedRun(BaseRun):
                 self.settings = read_record(self.path)[1]
         except (OSError, UserError):
             pass  # being replaced right now, or damaged: keep the last good settings
+
+
+class AttachedWorkers(Workers):
+    """`run.workers` of a view: progress from the workers' records; adding, removing and
+    restarting asked of the process that owns them."""
+
+    def __init__(self, run: AttachedRun):
+        super().__init__(run)
+        self._run: AttachedRun = run
+
+    def restart(self, index: int) -> None:
+        self._check_restartable(index)
+        self._run._ask_owner(RestartWorker(index))
+
+    def add(self, lane: int | None = None) -> int:
+        """Ask the owner to add a worker (to lane `lane` in a race); returns the index it
+        will have."""
+        try:
+            self._check_merged_weights(self._run.race.lane_for_new(lane))
+        except ConfigError as err:
+            raise UserError(str(err)) from None
+        self._run._ask_owner(AddWorker(lane))
+        return self._run.settings.workers
+
+    def remove(self, index: int) -> None:
+        self._check_removable(index)
+        self._run._ask_owner(RemoveWorker(index))
+
+    def progress(self) -> list[dict]:
+        """The owner's keys, from the workers' metrics records read so far: state
+        seeding/pretraining/training/paused as recorded if a record arrived within
+        ATTACHED_IDLE_S, else 'attached-idle', or done/stopped/crashed as recorded; exitcode
+        None."""
+        run = self._run
+        run._poll()
+        settings = run.settings
+        rows = [run._tail.seen(i).progress(i) for i in range(settings.workers)]
+        for row in rows:
+            if row["worker"] in settings.removed and not row["alive"]:
+                row["state"] = "removed"
+        # Nothing trains (paused or ended): this view's showcase may use the free cores,
+        # as the owner's does while it pauses (the event is local to an attached run).
+        resting = all(r["state"] == "paused" or (not r["alive"] and r["heartbeat"]) for r in rows)
+        (run._pause.set if rows and resting else run._pause.clear)()
+        return rows

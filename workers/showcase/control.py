@@ -1,7 +1,8 @@
 """The showcase: one player process that plays the run's newest weights into shared memory.
 
-A run (owning or attached) has one. Its controls (camera, weights source, episode reset) are
-shared values, so a change applies within one player step, also to a player started later.
+A run (owning or attached) has one, `run.showcase`. Its controls (camera, weights source,
+episode reset) are shared values, so a change applies within one player step, also to a player
+started later.
 The player itself is player.py; this is the run's side of it.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import numbers
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.agent import resolve_device
@@ -28,9 +30,17 @@ def is_int(value: object) -> bool:
 
 
 class Showcase:
-    def __init__(self, ctx: mp.context.BaseContext, path: Path, cfg: Config, resting: object):
-        """`resting` (an Event): set while no worker trains, the player then has no CPU cap."""
-        self._ctx, self.path, self.cfg = ctx, path, cfg
+    def __init__(
+        self,
+        ctx: mp.context.BaseContext,
+        path: Path,
+        cfg: Config,
+        resting: object,
+        sources: Callable[[], tuple[int, int]],
+    ):
+        """`resting` (an Event): set while no worker trains, the player then has no CPU cap;
+        `sources()`: the run's (workers, race lanes) now, whose weights it may play."""
+        self._ctx, self.path, self.cfg, self._sources = ctx, path, cfg, sources
         self._player: mp.Process | None = None
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = ctx.Event(), ctx.Event()
@@ -95,16 +105,14 @@ class Showcase:
         return list(self._camera_names)
 
     def choose(
-        self,
-        workers: int,
-        camera: int | None = None,
-        source: int | None = None,
-        lanes: int = 0,
-        mode: str | None = None,
+        self, camera: int | None = None, source: int | None = None, mode: str | None = None
     ) -> None:
-        """Set the camera (-1: free), the weights played (-1: merged, k < `workers`: worker
-        k's newest, -2 - L: lane L's merged, L < `lanes`) and the mode (auto, live or replay:
-        see replay.py); an out-of-range value changes nothing (ConfigError)."""
+        """Choose the camera (an id of camera_names(), or -1: MuJoCo's free camera), the
+        weights played (-1: merged, k: worker k's newest, -2 - L: race lane L's merged) and the
+        mode: "live" (the planner acting with those weights), "replay" (their newest finished
+        episode again at 1x) or "auto" (replay on a CPU where live play is under half real
+        speed; replay.py). Applies within one player step, also to a player started later; an
+        out-of-range value changes nothing (ConfigError)."""
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if camera is not None:
@@ -115,6 +123,7 @@ class Showcase:
                     f"{self.cfg.task}: {', '.join(self.camera_names()) or 'none'}), got {camera!r}"
                 )
         if source is not None:
+            workers, lanes = self._sources()
             last = workers - 1
             if not is_int(source) or not -1 - lanes <= source <= last:
                 lane = f", or -2 - L for lane L < {lanes}'s merged weights" if lanes else ""
@@ -130,7 +139,8 @@ class Showcase:
             self._controls.mode.value = MODES.index(mode)
 
     def settings(self) -> dict:
-        """{"camera": id, "source": number, "mode": "auto" | "live" | "replay"}."""
+        """The camera, source and mode the showcase uses now (or will, once started):
+        {"camera": id, "source": number, "mode": "auto" | "live" | "replay"}."""
         controls = self._controls
         return {
             "camera": controls.camera.value,
@@ -139,6 +149,7 @@ class Showcase:
         }
 
     def reset(self) -> None:
+        """End the showcase episode at once and start a new one."""
         self._controls.reset.set()
 
     def pause_rendering(self, paused: bool = True) -> None:
@@ -149,6 +160,7 @@ class Showcase:
         return self._frames.read() if self._frames is not None else None
 
     def frame_sequence(self) -> int:
+        """The frames' sequence counter (see FrameBuffer.sequence); 0 before any."""
         return self._frames.sequence() if self._frames is not None else 0
 
     def stop(self) -> None:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The race bookkeeping's cost to training: agent steps/s of the same 2-worker headless run
+# without a race and as a race of two lanes with the same knobs, alternated ROUNDS times.
+# Usage: bash bench/race_cost.sh ROUNDS SECONDS OUT_DIR [extra launch.py flags]
+set -euo pipefail
+rounds=$1 seconds=$2 out=$3
+shift 3
+flags=(--headless --workers 2 --task cartpole-swingup --model-size 1 --action-repeat 8
+  --episode-length 125 --seed-steps 250 --pretrain-updates 100 --num-samples 128
+  --num-elites 16 --num-pi-trajs 8 --iterations 2 --merge-every 500 --no-bf16
+  --eval-every 0 --steps 1000000 "$@")
+rate() {  # agent steps/s of both workers over their episodes after the first 3 (seeding)
+  python3 - "$1" <<'PY'
+import json, pathlib, sys
+total = 0.0
+for f in sorted(pathlib.Path(sys.argv[1]).glob("worker-*.jsonl")):
+    eps = [json.loads(line) for line in f.open() if '"kind": "episode"' in line][3:]
+    total += (eps[-1]["step"] - eps[0]["step"]) / (eps[-1]["time"] - eps[0]["time"])
+print(f"{total:.2f}")
+PY
+}
+for round in $(seq "$rounds"); do
+  for mode in plain race; do
+    dir="$out/$mode-$round"
+    rm -rf "$dir"
+    lanes=()
+    [ "$mode" = race ] && lanes=(--lane iterations=2 --lane iterations=2)
+    timeout -s INT "$seconds" python3 launch.py "${flags[@]}" "${lanes[@]}" --run-dir "$dir" \
+      > "$dir.log" 2>&1 || true
+    sleep 5
+    echo "round $round, $mode: $(rate "$dir") agent steps/s"
+  done
+done
