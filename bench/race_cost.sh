@@ -2,6 +2,7 @@
 # The race bookkeeping's cost to training: agent steps/s of the same 2-worker headless run
 # without a race and as a race of two lanes with the same knobs, alternated ROUNDS times.
 # Usage: bash bench/race_cost.sh ROUNDS SECONDS OUT_DIR [extra launch.py flags]
+# SECONDS: 300 or more on 2 cores (start-up, seeding and pretraining take about a minute).
 set -euo pipefail
 rounds=$1 seconds=$2 out=$3
 shift 3
@@ -15,6 +16,8 @@ import json, pathlib, sys
 total = 0.0
 for f in sorted(pathlib.Path(sys.argv[1]).glob("worker-*.jsonl")):
     eps = [json.loads(line) for line in f.open() if '"kind": "episode"' in line][3:]
+    if len(eps) < 2:
+        sys.exit(f"{f}: under 5 episodes; give each run more SECONDS")
     total += (eps[-1]["step"] - eps[0]["step"]) / (eps[-1]["time"] - eps[0]["time"])
 print(f"{total:.2f}")
 PY
