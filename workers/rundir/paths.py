@@ -14,6 +14,7 @@ merge/lane-L/         lane L's merge pool in a race: its workers' files and its 
 start.pt              the weights a new run starts from (--load; workers/cli/new_run.py)
 replays/worker-K.npz  worker K's newest episode as poses, for the viewport's replay
                       (-eval: its newest evaluation's last episode; replays.py)
+album/worker-K/       worker K's episodes kept across the whole run, for the timeline (album.py)
 tb/, eval*.csv        TensorBoard's event files, the evaluations as CSV (sinks.py)
 rank-R/               a torchrun job's rank R's own files, on its machine (rank_records.py)
 media/                the window's screenshots and clips (viewer/recorder.py)
@@ -34,6 +35,7 @@ CHECKPOINTS = "checkpoints"
 PLAYER_LOG = "player.jsonl"
 START = "start.pt"
 REPLAYS = "replays"
+ALBUM = "album"
 
 
 def metrics_name(index: int | str) -> str:

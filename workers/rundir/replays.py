@@ -53,8 +53,8 @@ def replay_path(run_path: str | Path, worker: int, kind: str = "train") -> Path:
     return Path(run_path) / REPLAYS / f"worker-{worker}{suffix}.npz"
 
 
-def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
-    """Replace the worker's kept episode of this kind with `replay` (atomically)."""
+def replay_bytes(replay: EpisodeReplay, pose_dtype: type = np.float64) -> bytes:
+    """The episode as one .npz file's bytes (poses in `pose_dtype`: the album keeps float32)."""
     meta = dict(
         worker=replay.worker,
         phase=replay.kind,  # a record's kind is spelled in records.py only
@@ -66,13 +66,18 @@ def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
     buffer = io.BytesIO()
     np.savez(
         buffer,
-        states=np.asarray(replay.states, np.float64),
+        states=np.asarray(replay.states, pose_dtype),
         rewards=np.asarray(replay.rewards, np.float32),
         meta=np.array(json.dumps(meta)),
     )
+    return buffer.getvalue()
+
+
+def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
+    """Replace the worker's kept episode of this kind with `replay` (atomically)."""
     path = replay_path(run_path, replay.worker, replay.kind)
     path.parent.mkdir(exist_ok=True)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, replay_bytes(replay))
 
 
 def read_replay(path: str | Path) -> EpisodeReplay | None:

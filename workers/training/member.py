@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agent.buffer import EpisodeBuffer
+from workers.rundir.album import forget_after, keep_in_album
 from workers.rundir.directory import RunDir
 from workers.rundir.records import Record
 from workers.rundir.replays import EpisodeReplay, write_replay
@@ -70,8 +71,8 @@ class Member:
     def keep_replay(
         self, states: np.ndarray | None, rewards: list[float], kind: str, step: int, dt: float
     ) -> None:
-        """Keep this finished episode for the viewport's replay (best effort: a replay that
-        cannot be written is skipped, training goes on)."""
+        """Keep this finished episode for the viewport's replay, and in the album when its
+        schedule keeps it (best effort: what cannot be written is skipped, training goes on)."""
         if states is None or self.worker is None or self.run_dir is None:
             return
         count = len(self.episode_returns) if kind == "train" else len(self.eval_returns)
@@ -80,5 +81,14 @@ class Member:
         )
         try:
             write_replay(self.run_dir.path, replay)
+            keep_in_album(self.run_dir.path, replay)
         except OSError:
             pass
+
+    def forget_album_after(self, step: int) -> None:
+        """Resumed at `step`: the album's episodes past it are of steps trained again."""
+        if self.worker is not None and self.run_dir is not None:
+            try:
+                forget_after(self.run_dir.path, self.worker, step)
+            except OSError:
+                pass

@@ -143,6 +143,7 @@ class Trainer:
         )
         self.pretrain_updates = int(state.get("pretrain_updates", 0))
         m.eval_returns[:] = [(int(s), float(r)) for s, r in state["eval_returns"]]
+        m.forget_album_after(self.step)
         m.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
 
