@@ -7,7 +7,7 @@ keeps its own seed and random stream (agent/noise.py), Adam moments (Adam is ele
 one Adam over stacked weights is P Adams), running Q scale, warm-start mean and gradient clip
 (the norm of its own gradient). P = 1 is one agent, and its saved state is the same. The losses
 are agent/losses.py's; on a CPU each worker computes them and plans on a thread of its own
-(agent/cpu/pack_threads.py), on a GPU the pack's plan and update are one compiled graph each.
+(agent/pack_threads.py), on a GPU the pack's plan and update are one compiled graph each.
 Over 300 lines because act and update share the pack's compiled graphs and their set-up.
 """
 
@@ -25,13 +25,13 @@ import torch
 
 from agent.config import Config, knobs_of, with_knobs
 from agent.cpu.bf16 import cpu_bf16, native_bf16
-from agent.cpu.pack_threads import WorkerThreads
 from agent.errors import ConfigError
 from agent.losses import policy_loss, world_model_loss
 from agent.math import TwoHot
 from agent.noise import PackNoise
 from agent.optim_step import adam_step, init_adam_state
 from agent.pack_state import PackState
+from agent.pack_threads import WorkerThreads
 from agent.planner import PlanKnobs, plan
 from agent.self_check import COMPILE_MODES, FastPath
 from agent.world_model import WorldModel
@@ -295,7 +295,7 @@ class TDMPC2(PackState):
     def _learn(self, loss_fn, *inputs: torch.Tensor):
         """loss_fn(model, noise, *inputs) -> (loss (P,), *rest) for the whole pack, its loss
         differentiated; on a CPU each worker runs on a thread of its own
-        (agent/cpu/pack_threads.py). The gradient is left in the pack's .grad either way; returns
+        (agent/pack_threads.py). The gradient is left in the pack's .grad either way; returns
         (loss, *rest) detached."""
 
         def part(model: WorldModel, noise: PackNoise, *xs: torch.Tensor):

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from agent.config import Config
-from agent.published import published_curve
+from agent.envs.published import published_curve
 from workers.door import default_run_dir
 
 

@@ -73,6 +73,17 @@ def test_rooms_import_only_downward():
     assert wrong == []
 
 
+def test_agent_cpu_is_a_layer_of_its_own():
+    """agent/cpu/ is imported by the agent, never the other way: no arrow back into agent/."""
+    wrong = [
+        (path.name, name)
+        for path in (ROOT / "agent" / "cpu").glob("*.py")
+        for name in imported(path)
+        if name.split(".")[0] == "agent" and not name.startswith("agent.cpu")
+    ]
+    assert wrong == []
+
+
 def test_workers_sub_packages_import_only_those_the_rule_allows():
     assert {
         p.name for p in (ROOT / "workers").iterdir() if p.is_dir() and p.name != "__pycache__"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from agent.config import Config
-from agent.published import paper_differences
-from agent.published import published_curve as read_published
+from agent.envs.published import paper_differences
+from agent.envs.published import published_curve as read_published
 
 ACTION_REPEAT = 2  # the published CSVs count environment steps
 

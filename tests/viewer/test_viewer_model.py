@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agent.config import make_config
-from agent.published import PUBLISHED
+from agent.envs.published import PUBLISHED
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
 from viewer.series import Series, downsample, published_curve, published_note, smooth

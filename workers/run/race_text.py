@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent.published import published_curve
+from agent.envs.published import published_curve
 from workers.run.race_table import Gain, LaneRow, RaceTable, RaceTracker
 from workers.rundir.paths import metrics_name
 from workers.rundir.records import KnobRecord, Train, parse_records

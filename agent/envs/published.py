@@ -10,7 +10,7 @@ import numpy as np
 
 from agent.config import Config
 
-PUBLISHED = Path(__file__).resolve().parent.parent / "assets" / "published"
+PUBLISHED = Path(__file__).resolve().parents[2] / "assets" / "published"
 
 
 def published_curve(task: str) -> tuple[np.ndarray, np.ndarray] | None:
