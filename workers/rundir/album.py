@@ -10,8 +10,9 @@ schedule is read again from the file names alone: it survives a resume unchanged
 
 Files: `album/worker-K/{kind}-{step:09d}.npz`, poses as float32 (replays.py's format), each
 written atomically; an entry is never rewritten, only added or removed. Per episode the disk is
-about (agent steps + 1) x (pose size) x 4 bytes: 1 KB for the CPU demo's cartpole, 112 KB for
-humanoid-walk (500 agent steps, 28 numbers a pose), so at most 14 MB per humanoid worker.
+about (agent steps + 1) x (pose size) x 4 bytes plus 1 KB: 2 KB for the CPU demo's cartpole (125
+agent steps, 2 numbers a pose), 59 KB for humanoid-walk (500 agent steps, 28 numbers), so at most
+7.6 MB per humanoid-walk worker, however long it trains.
 """
 
 from __future__ import annotations
