@@ -23,9 +23,15 @@ TAB_MIN = 180  # pixels the speed / losses / distance charts keep before the ret
 
 
 class ChartsPanel:
-    def __init__(self, controller: Controller, relayout: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        controller: Controller,
+        relayout: Callable[[], None],
+        pick_step: Callable[[float], None] | None = None,
+    ) -> None:
         self.controller = controller
         self.relayout = relayout  # the start-up bar takes height from the charts
+        self.pick_step = pick_step  # a click on the returns chart: the step clicked
         self.plots: dict[str, LinePlot] = {}
         self.startup_shown = False
 
@@ -38,6 +44,10 @@ class ChartsPanel:
             dpg.add_text("", tag="startup_text")
             dpg.add_progress_bar(tag="startup_bar", width=-1)
         self.plots["returns"] = LinePlot("returns", "episode return", height=360)
+        # A click on the returns chart replays the album episode nearest the step clicked.
+        with dpg.item_handler_registry(tag="returns_click"):
+            dpg.add_item_clicked_handler(dpg.mvMouseButton_Left, callback=self._on_click)
+        dpg.bind_item_handler_registry(self.plots["returns"].plot, "returns_click")
         with dpg.group(horizontal=True):
             dpg.add_radio_button(
                 ["agent steps", "wall time"],
@@ -132,6 +142,10 @@ class ChartsPanel:
                 plot.show_hover(nearest_point(plot.lines, x, y, plot.x_span(), plot.y_span()))
             else:
                 plot.show_hover(None)
+
+    def _on_click(self, *_) -> None:
+        if self.pick_step is not None:
+            self.pick_step(float(dpg.get_plot_mouse_pos()[0]))
 
     def _on_options(self, *_) -> None:
         self.controller.options = replace(

@@ -8,7 +8,9 @@ and half its width, a narrower view rather than a squashed one), three or four i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from agent.errors import UserError
 from workers.rundir.album import AlbumEntry, album_dir, album_entries, entry_name, parse_entry
@@ -35,8 +37,17 @@ def find_entry(run_path: str | Path, worker: int, kind: str, step: int) -> Album
     return parse_entry(path, worker) if path.is_file() else None
 
 
-def nearest_entry(entries: list[AlbumEntry], step: float, reach: float) -> AlbumEntry | None:
-    """The entry whose step is nearest `step`, if within `reach` steps (ties: the earlier)."""
+class Stepped(Protocol):
+    @property
+    def step(self) -> int: ...
+
+
+S = TypeVar("S", bound=Stepped)
+
+
+def nearest_entry(entries: Sequence[S], step: float, reach: float) -> S | None:
+    """The entry (an AlbumEntry, or anything with a step) whose step is nearest `step`, if
+    within `reach` steps (ties: the earlier)."""
     if not entries:
         return None
     best = min(entries, key=lambda e: (abs(e.step - step), e.step))
