@@ -319,7 +319,8 @@ class App:
         """Screen rectangles of the main controls, for end-to-end tests that drive real input,
         and texts the window shows, read back ("texts": the race table, the viewport overlay)."""
         tags = ["viewport_draw", "render_pause", "record", "train_pause", "worker_table"]
-        tags += ["promote", "knob_lane"] + self.knobs.tags + self.charts.tags
+        tags += ["promote", "knob_lane", "timeline", "timeline_newest", "panes"]
+        tags += self.knobs.tags + self.charts.tags
         rects = {}
         for tag in tags:
             state = dpg.get_item_state(tag)

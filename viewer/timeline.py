@@ -89,7 +89,7 @@ def pane_label(pane: PaneInfo, lane_knobs: dict[int, dict] | None = None) -> str
     if pane.kind == 0:
         return f"lane {pane.lane}: no episode yet" if pane.lane >= 0 else "no episode yet"
     what = "eval" if pane.kind == 2 else "train"
-    text = f"worker {pane.worker} {what}  ·  step {pane.step:,}  ·  return {pane.ret:.1f}"
+    text = f"worker {pane.worker} {what}, step {pane.step:,}\nreturn {pane.ret:.1f}"
     if pane.lane < 0:
         return text
     knobs = (lane_knobs or {}).get(pane.lane) or {}

@@ -74,10 +74,10 @@ def test_a_chart_click_pins_the_nearest_episode_within_reach():
 
 def test_each_pane_says_whose_episode_and_a_lanes_pane_its_knobs():
     assert pane_label(PaneInfo(1, 2, 4096, 812.34, -1)) == (
-        "worker 1 eval  ·  step 4,096  ·  return 812.3"
+        "worker 1 eval, step 4,096\nreturn 812.3"
     )
     lane = pane_label(PaneInfo(2, 1, 300, 12.0, 1), {1: {"merge_every": 1000}})
-    assert lane == "lane 1: merge_every=1000\nworker 2 train  ·  step 300  ·  return 12.0"
+    assert lane == "lane 1: merge_every=1000\nworker 2 train, step 300\nreturn 12.0"
     assert pane_label(PaneInfo(lane=0)) == "lane 0: no episode yet"
     assert pane_label(PaneInfo()) == "no episode yet"
 
