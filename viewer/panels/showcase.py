@@ -154,7 +154,9 @@ class ShowcasePanel:
         dpg.configure_item("overlay_2", text=line2)
         dpg.configure_item("overlay_3", text="   ".join(flags))
         width = 9 * max(len(line1), len(line2)) + 10
-        dpg.configure_item("overlay_bg", pmax=(width, 66 if flags else 48), show=bool(line1 or flags))
+        dpg.configure_item(
+            "overlay_bg", pmax=(width, 66 if flags else 48), show=bool(line1 or flags)
+        )
         self._update_pane_labels(pane_infos(info))
 
     def _update_pane_labels(self, panes: list[PaneInfo]) -> None:
