@@ -171,11 +171,12 @@ class ShowcasePanel:
             dpg.configure_item(f"pane_text{p}", show=shown)
             if not shown:
                 continue
-            top, left = boxes[p][:2]
+            top, left, _, pane_w = boxes[p]
             text = pane_label(panes[p], knobs)
             lines = text.split("\n")
             dpg.configure_item(f"pane_text{p}", text=text, pos=(left + 6, top + 4))
-            size = (left + 12 + 8 * max(map(len, lines)), top + 8 + 17 * len(lines))
+            right = min(left + pane_w - 2, left + 12 + 8 * max(map(len, lines)))
+            size = (right, top + 8 + 17 * len(lines))
             dpg.configure_item(f"pane_bg{p}", pmin=(left + 2, top + 2), pmax=size)
 
     # view -> widgets -----------------------------------------------------------------
