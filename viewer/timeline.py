@@ -83,13 +83,21 @@ def chart_pick(
     return found, ""
 
 
-def pane_label(pane: PaneInfo, lane_knobs: dict[int, dict] | None = None) -> str:
-    """A pane's overlay: whose episode at which step and its return; a lane's pane leads with
-    the lane and the knobs it races with."""
+def pane_roles(count: int, layout: str) -> list[str]:
+    """What each pane of then and now is along the album ("" for a lane's pane)."""
+    if not layout.startswith("then-now") or count < 2:
+        return [""] * count
+    return ["then", *["later"] * (count - 2), "now"]
+
+
+def pane_label(pane: PaneInfo, lane_knobs: dict[int, dict] | None = None, role: str = "") -> str:
+    """A pane's overlay: whose episode at which step and its return (led by its role in then
+    and now); a lane's pane leads with the lane and the knobs it races with."""
     if pane.kind == 0:
         return f"lane {pane.lane}: no episode yet" if pane.lane >= 0 else "no episode yet"
     what = "eval" if pane.kind == 2 else "train"
-    text = f"worker {pane.worker} {what}, step {pane.step:,}\nreturn {pane.ret:.1f}"
+    lead = f"{role}: " if role else ""
+    text = f"{lead}worker {pane.worker} {what}, step {pane.step:,}\nreturn {pane.ret:.1f}"
     if pane.lane < 0:
         return text
     knobs = (lane_knobs or {}).get(pane.lane) or {}

@@ -14,6 +14,7 @@ from viewer.timeline import (
     TimelinePoint,
     chart_pick,
     pane_label,
+    pane_roles,
     slider_index,
     timeline_points,
 )
@@ -78,6 +79,9 @@ def test_each_pane_says_whose_episode_and_a_lanes_pane_its_knobs():
     )
     lane = pane_label(PaneInfo(2, 1, 300, 12.0, 1), {1: {"merge_every": 1000}})
     assert lane == "lane 1: merge_every=1000\nworker 2 train, step 300\nreturn 12.0"
+    assert pane_label(PaneInfo(0, 1, 64, 1.0, -1), role="then").startswith("then: worker 0")
+    assert pane_roles(4, "then-now-4") == ["then", "later", "later", "now"]
+    assert pane_roles(2, "lanes") == ["", ""]
     assert pane_label(PaneInfo(lane=0)) == "lane 0: no episode yet"
     assert pane_label(PaneInfo()) == "no episode yet"
 
@@ -114,3 +118,31 @@ def test_the_panel_sends_pins_panes_and_newest_as_commands(panel):
     panel.pick_at(1200.0)
     assert sent[-1] == PinEpisode(0, "train", 2000)
     assert notices == ["refused: the album keeps no episode near step 1,200"]
+
+
+def test_the_controller_lists_the_album_at_most_once_a_second(monkeypatch):
+    import viewer.controller as controller_module
+    from viewer.controller import ALBUM_S, Controller
+    from viewer.model import RunModel
+
+    listed: list[int] = []
+
+    def source_album(path, source):
+        listed.append(source)
+        return [AlbumEntry(0, "train", 64, None)]
+
+    clock = [1000.0]
+    monkeypatch.setattr(controller_module, "source_album", source_album)
+    monkeypatch.setattr(controller_module.time, "monotonic", lambda: clock[0])
+    controller = Controller((48, 64))
+    try:
+        run, model = SimpleNamespace(path="run"), RunModel(1)
+        points = controller._album_points(run, model, -1)  # type: ignore[arg-type]
+        controller._album_points(run, model, -1)  # type: ignore[arg-type]
+        assert listed == [-1] and points[0].step == 64
+        controller._album_points(run, model, 0)  # type: ignore[arg-type]  # another source: now
+        clock[0] += ALBUM_S
+        controller._album_points(run, model, 0)  # type: ignore[arg-type]
+        assert listed == [-1, 0, 0]
+    finally:
+        controller.shutdown(timeout=10)

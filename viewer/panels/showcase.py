@@ -18,7 +18,7 @@ import numpy as np
 from viewer import theme
 from viewer.controller import Controller
 from viewer.recorder import ClipRecorder, media_dir, media_path, save_screenshot
-from viewer.timeline import pane_label
+from viewer.timeline import pane_label, pane_roles
 from viewer.view import View
 from workers.door import (
     ChooseShowcase,
@@ -165,6 +165,7 @@ class ShowcasePanel:
         knobs = {row.lane: row.knobs for row in race.rows} if race is not None else {}
         image_w, image_h = self.image_size
         boxes = pane_boxes(image_h, image_w, len(panes)) if panes else []
+        roles = pane_roles(len(panes), self.view.panes)
         for p in range(MAX_PANES):
             shown = p < len(panes)
             dpg.configure_item(f"pane_bg{p}", show=shown)
@@ -172,7 +173,7 @@ class ShowcasePanel:
             if not shown:
                 continue
             top, left, _, pane_w = boxes[p]
-            text = pane_label(panes[p], knobs)
+            text = pane_label(panes[p], knobs, roles[p])
             lines = text.split("\n")
             dpg.configure_item(f"pane_text{p}", text=text, pos=(left + 6, top + 4))
             right = min(left + pane_w - 2, left + 12 + 8 * max(map(len, lines)))
