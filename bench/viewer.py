@@ -27,9 +27,11 @@ from viewer.app import FRAME_H, FRAME_W, App
 from viewer.controller import WORKER_NICE, Controller
 from viewer.main import check_display
 from workers.door import (
+    LAYOUTS,
     MODES,
     Run,
     RunSettings,
+    ShowPanes,
     config_from_args,
     default_run_dir,
     demo_preset,
@@ -111,7 +113,9 @@ def viewport_stats(shown: list[tuple[float, dict]], start: float, end: float, dt
     }
 
 
-def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: str = "auto") -> dict:
+def viewer_benchmark(
+    run: Run, seconds: float, warmup: float = 5.0, viewport: str = "auto", panes: str = "single"
+) -> dict:
     workers = run.settings.workers
     run.start(nice=WORKER_NICE)  # as the window starts them
     while not all(w["state"] == "training" for w in run.workers.progress()):
@@ -140,6 +144,8 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: st
     time.sleep(seconds)
     mark()
     controller.open(lambda: run)  # starts the showcase player; the workers already run
+    if panes != "single":
+        controller.send(ShowPanes(panes))  # after the open: the queue keeps their order
     app = App(controller, None)
     stop = threading.Event()
 
@@ -188,6 +194,7 @@ def viewer_benchmark(run: Run, seconds: float, warmup: float = 5.0, viewport: st
         "window_interacting": frame_stats(app.frame_stamps, app.work_ms, t_move, t_end),
         "showcase_pace": paces,
         "viewport": viewport,
+        "panes": panes,
         "viewport_watching": viewport_stats(shown, t_watch, t_move, dt),
         "viewport_interacting": viewport_stats(shown, t_move, t_end, dt),
         "cores_used": {
@@ -205,6 +212,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--viewport", choices=MODES, default="auto", help="what the viewport shows (--viewer)"
     )
+    parser.add_argument(
+        "--panes",
+        choices=LAYOUTS,
+        default="single",
+        help="the viewport's panes (--viewer): then-now-2 / then-now-4 tile album replays",
+    )
     args = parser.parse_args(argv)
     try:
         check_display()
@@ -215,7 +228,7 @@ def main(argv: list[str]) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = viewer_benchmark(run, args.seconds, viewport=args.viewport)
+    result = viewer_benchmark(run, args.seconds, viewport=args.viewport, panes=args.panes)
     if args.json:
         print(json.dumps(result))
     else:
@@ -230,7 +243,10 @@ def main(argv: list[str]) -> int:
             )
         print("showcase speed (share of real time):", result["showcase_pace"])
         for name in ("watching", "interacting"):
-            print(f"viewport {name} ({args.viewport}):", result[f"viewport_{name}"])
+            print(
+                f"viewport {name} ({args.viewport}, panes {args.panes}):",
+                result[f"viewport_{name}"],
+            )
         for phase, used in result["cores_used"].items():
             print(f"cores used, {phase}: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     return 0

@@ -34,6 +34,7 @@ from viewer.panels.knobs import KnobsPanel
 from viewer.panels.race import RacePanel
 from viewer.panels.showcase import FRAME_H, FRAME_W, ShowcasePanel
 from viewer.panels.status import StatusPanel
+from viewer.panels.timeline import TimelinePanel
 from viewer.panels.workers import WorkersPanel
 from viewer.recorder import ClipRecorder
 from viewer.view import View
@@ -76,7 +77,8 @@ class App:
         self.showcase = ShowcasePanel(controller, self.status.notify)
         self.knobs = KnobsPanel(controller.send, self.styles)
         self.controls = ControlsPanel(controller)
-        self.charts = ChartsPanel(controller, self._layout)
+        self.timeline = TimelinePanel(controller, self.status.notify)
+        self.charts = ChartsPanel(controller, self._layout, self.timeline.pick_at)
         self.workers = WorkersPanel(self.styles, self._layout)
         self.race = RacePanel(controller, self.styles, self._layout)
         self.dialogs = DialogsPanel(
@@ -87,7 +89,7 @@ class App:
             self.race.show_dialog,
         )
         self.panels: list[Panel] = [self.status, self.charts, self.knobs, self.race, self.workers]
-        self.panels += [self.controls, self.showcase, self.dialogs]
+        self.panels += [self.controls, self.showcase, self.timeline, self.dialogs]
 
     @property
     def frame_info(self) -> dict | None:
@@ -111,6 +113,7 @@ class App:
             with dpg.group(horizontal=True):
                 with dpg.child_window(tag="left", border=False):
                     self.showcase.build()
+                    self.timeline.build()
                     self.knobs.build()
                     self.controls.build()
                 with dpg.child_window(tag="right", border=False):
@@ -316,7 +319,8 @@ class App:
         """Screen rectangles of the main controls, for end-to-end tests that drive real input,
         and texts the window shows, read back ("texts": the race table, the viewport overlay)."""
         tags = ["viewport_draw", "render_pause", "record", "train_pause", "worker_table"]
-        tags += ["promote", "knob_lane"] + self.knobs.tags + self.charts.tags
+        tags += ["promote", "knob_lane", "timeline", "timeline_newest", "panes"]
+        tags += self.knobs.tags + self.charts.tags
         rects = {}
         for tag in tags:
             state = dpg.get_item_state(tag)

@@ -20,6 +20,7 @@ from agent.errors import UserError
 from viewer.machine_use import MachineUse
 from viewer.model import RunModel
 from viewer.series import published_curve, published_note
+from viewer.timeline import TimelinePoint, timeline_points
 from viewer.view import ChartOptions, RaceView, View
 from workers.door import (
     BaseRun,
@@ -31,9 +32,11 @@ from workers.door import (
     lane_source,
     served_notice,
     sharing,
+    source_album,
 )
 
 POLL_S = 0.25
+ALBUM_S = 1.0  # the album's file names are listed at most this often (the timeline's)
 WORKER_NICE = 5  # workers a window starts yield to it, so frames never wait behind training
 
 
@@ -65,6 +68,7 @@ class Controller:
         self._published = None
         self._published_note = ""
         self._machine = MachineUse()
+        self._album: tuple[float, int, list] = (-ALBUM_S, 0, [])  # (listed at, source, entries)
         self._thread = threading.Thread(target=self._loop, name="run-controller", daemon=True)
         self._thread.start()
 
@@ -212,6 +216,16 @@ class Controller:
                 self._stop_run()
                 return
 
+    def _album_points(self, run: BaseRun, model: RunModel, source: int) -> list[TimelinePoint]:
+        """The shown source's album with the returns recorded; its folder is listed at most
+        once every ALBUM_S (or at once when the source changes), never per frame."""
+        listed_at, listed_source, entries = self._album
+        now = time.monotonic()
+        if source != listed_source or now - listed_at >= ALBUM_S:
+            entries = source_album(run.path, source)
+            self._album = (now, source, entries)
+        return timeline_points(entries, model.returns, model.evals)
+
     def _publish(self) -> None:
         run, model, o = self._run, self._model, self.options
         base = dict(version=self.view.version + 1, phase=self._phase, machine=self._machine.text())
@@ -265,5 +279,8 @@ class Controller:
             source_ids=[-1, *range(run.settings.workers)] + [lane_source(n) for n in merging],
             source=showcase["source"],
             showcase_mode=showcase["mode"],
+            album=self._album_points(run, model, showcase["source"]),
+            pin=showcase["pin"],
+            panes=showcase["panes"],
             race=race,
         )

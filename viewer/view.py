@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from viewer.model import KnobRow
+from viewer.timeline import TimelinePoint
 from workers.door import OWNED, LaneRow, RaceTable, Wording
 
 
@@ -66,5 +67,8 @@ class View:
     source_ids: list[int] = field(default_factory=list)  # the showcase's number of each source
     source: int = -1  # the source the showcase plays now
     showcase_mode: str = "auto"  # auto, live or replay (workers/showcase/replay.py)
+    album: list[TimelinePoint] = field(default_factory=list)  # the shown source's, by step
+    pin: tuple[int, str, int] | None = None  # (worker, kind, step) pinned; None: the newest
+    panes: str = "single"  # the viewport's layout (door.LAYOUTS)
     machine: str = ""
     race: RaceView | None = None  # None: the run is no race

@@ -43,12 +43,14 @@ from workers.run.commands import (
     Outcome,
     Pause,
     PauseRendering,
+    PinEpisode,
     Promote,
     RemoveWorker,
     ResetShowcase,
     RestartWorker,
     Resume,
     SetKnobs,
+    ShowPanes,
     StartRace,
     Stop,
 )
@@ -57,6 +59,7 @@ from workers.run.race import MAX_LANES, check_race, sharing
 from workers.run.race_table import LaneRow, RaceTable, RaceTracker
 from workers.run.race_text import level_text, reached_text, row_cells, summary_lines
 from workers.run.wording import OWNED, Wording
+from workers.rundir.album import AlbumEntry
 from workers.rundir.lanes import Lane, describe_lane, parse_lane
 from workers.rundir.records import (
     Crashed,
@@ -76,6 +79,8 @@ from workers.rundir.records import (
 )
 from workers.rundir.requests import served_notice
 from workers.rundir.settings import RunSettings
+from workers.showcase.episodes import LAYOUTS, nearest_entry, pane_boxes, source_album
+from workers.showcase.frames import PaneInfo, pane_infos
 from workers.showcase.replay import MODES
 from workers.showcase.shown_weights import lane_source
 
@@ -104,6 +109,16 @@ __all__ = [
     "ChooseShowcase",
     "ResetShowcase",
     "PauseRendering",
+    "PinEpisode",
+    "ShowPanes",
+    # the album behind the timeline (file names only) and the viewport's panes
+    "AlbumEntry",
+    "LAYOUTS",
+    "PaneInfo",
+    "nearest_entry",
+    "pane_boxes",
+    "pane_infos",
+    "source_album",
     # a run from the flags, the window's start-up or its new-run dialog, checked before made
     "NewRun",
     "RUNS",

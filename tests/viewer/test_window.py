@@ -199,6 +199,14 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
             time.sleep(1.0)
         assert any(not np.array_equal(a, b) for a, b in zip(views, views[1:])), "no motion"
 
+        # A click at the timeline's left end pins the album's first episode: it loops.
+        rects = json.loads(ui_map.read_text())
+        left, top, width, height = rects["timeline"]
+        x("xdotool", "mousemove", "--window", window, str(left + 3), str(top + height // 2))
+        x("xdotool", "click", "1")
+        wait_for(lambda: overlay()[0].startswith("PINNED"), 60, "the overlay to say pinned")
+        assert "step 50" in overlay()[0], overlay()  # the first episode ends at agent step 50
+
         # Ctrl+Q closes the window; the workers stop and write their checkpoints.
         before_close = time.time()
         quit_with_ctrl_q(x, window, app)

@@ -186,7 +186,13 @@ def test_showcase_camera_and_source_change_while_playing(player):
         player.showcase.choose(camera=0, source=2)
     with pytest.raises(ConfigError, match="source"):
         player.showcase.choose(source=True)
-    assert player.showcase.settings() == {"camera": 1, "source": 1, "mode": "auto"}
+    assert player.showcase.settings() == {
+        "camera": 1,
+        "source": 1,
+        "mode": "auto",
+        "pin": None,
+        "panes": "single",
+    }
     with pytest.raises(ConfigError, match="mode must be one of auto, live, replay"):
         player.showcase.choose(mode="fast")
     time.sleep(0.5)

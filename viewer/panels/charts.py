@@ -19,13 +19,21 @@ from viewer.panels.status import LOG
 from viewer.plots import LinePlot, nearest_point
 from viewer.view import View
 
+CLICK_PX = 4  # a press and release this close on the returns chart is a click, not a pan
 TAB_MIN = 180  # pixels the speed / losses / distance charts keep before the returns chart
 
 
 class ChartsPanel:
-    def __init__(self, controller: Controller, relayout: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        controller: Controller,
+        relayout: Callable[[], None],
+        pick_step: Callable[[float], None] | None = None,
+    ) -> None:
         self.controller = controller
         self.relayout = relayout  # the start-up bar takes height from the charts
+        self.pick_step = pick_step  # a click on the returns chart: the step clicked
+        self._pressed: tuple[float, float] | None = None  # where a click on it began
         self.plots: dict[str, LinePlot] = {}
         self.startup_shown = False
 
@@ -38,6 +46,12 @@ class ChartsPanel:
             dpg.add_text("", tag="startup_text")
             dpg.add_progress_bar(tag="startup_bar", width=-1)
         self.plots["returns"] = LinePlot("returns", "episode return", height=360)
+        # A click on the returns chart (pressed and released in place: not a pan) replays the
+        # album episode nearest the step clicked. Global handlers: a plot's own clicked state
+        # is ImPlot's, and an item handler did not see clicks there.
+        with dpg.handler_registry():
+            dpg.add_mouse_click_handler(dpg.mvMouseButton_Left, callback=self._on_press)
+            dpg.add_mouse_release_handler(dpg.mvMouseButton_Left, callback=self._on_release)
         with dpg.group(horizontal=True):
             dpg.add_radio_button(
                 ["agent steps", "wall time"],
@@ -132,6 +146,18 @@ class ChartsPanel:
                 plot.show_hover(nearest_point(plot.lines, x, y, plot.x_span(), plot.y_span()))
             else:
                 plot.show_hover(None)
+
+    def _on_press(self, *_) -> None:
+        hovered = dpg.is_item_hovered(self.plots["returns"].plot)
+        self._pressed = tuple(dpg.get_mouse_pos(local=False)) if hovered else None
+
+    def _on_release(self, *_) -> None:
+        pressed, self._pressed = self._pressed, None
+        if pressed is None or self.pick_step is None:
+            return
+        x, y = dpg.get_mouse_pos(local=False)
+        if abs(x - pressed[0]) <= CLICK_PX and abs(y - pressed[1]) <= CLICK_PX:
+            self.pick_step(float(dpg.get_plot_mouse_pos()[0]))
 
     def _on_options(self, *_) -> None:
         self.controller.options = replace(

@@ -18,8 +18,18 @@ import numpy as np
 from viewer import theme
 from viewer.controller import Controller
 from viewer.recorder import ClipRecorder, media_dir, media_path, save_screenshot
+from viewer.timeline import pane_label, pane_roles
 from viewer.view import View
-from workers.door import ChooseShowcase, PauseRendering, ResetShowcase
+from workers.door import (
+    ChooseShowcase,
+    PaneInfo,
+    PauseRendering,
+    ResetShowcase,
+    pane_boxes,
+    pane_infos,
+)
+
+MAX_PANES = 4
 
 FRAME_H, FRAME_W = 300, 400
 MODE_LABELS = {"auto": "auto", "live": "live", "replay": "replay at 1x"}
@@ -40,6 +50,7 @@ class ShowcasePanel:
         self._shown_sources: list[str] = []
         self._source_ids: list[int] = []
         self._shown_cameras: list[str] = []
+        self.image_size = (FRAME_W, FRAME_H)  # as drawn (fit)
 
     # building ------------------------------------------------------------------------
     def build_texture(self) -> None:
@@ -63,6 +74,11 @@ class ShowcasePanel:
             dpg.draw_text((8, 6), "", size=16, color=(*theme.TEXT, 255), tag="overlay_1")
             dpg.draw_text((8, 26), "", size=15, color=(*theme.MUTED, 255), tag="overlay_2")
             dpg.draw_text((8, 46), "", size=15, color=(*theme.WARNING, 255), tag="overlay_3")
+            for p in range(MAX_PANES):  # each pane's label, placed when panes show
+                dpg.draw_rectangle(
+                    (0, 0), (1, 1), fill=(0, 0, 0, 150), color=(0, 0, 0, 0), tag=f"pane_bg{p}"
+                )
+                dpg.draw_text((0, 0), "", size=14, color=(*theme.TEXT, 255), tag=f"pane_text{p}")
         with dpg.group(horizontal=True):
             dpg.add_combo([], tag="camera", width=150, callback=self._on_camera)
             dpg.add_combo(["merged"], default_value="merged", tag="source", width=150)
@@ -89,11 +105,12 @@ class ShowcasePanel:
     def fit(self, image_w: int, body: int) -> None:
         """Size the image to `image_w` wide, or less: it takes what the controls below it leave
         (they scroll on small screens)."""
-        image_h = min(int(image_w * FRAME_H / FRAME_W), max(240, body - 330))
+        image_h = min(int(image_w * FRAME_H / FRAME_W), max(240, body - 380))
         image_w = int(image_h * FRAME_W / FRAME_H)
         dpg.configure_item("viewport_draw", width=image_w, height=image_h)
         dpg.configure_item("viewport_bg", pmax=(image_w, image_h))
         dpg.configure_item("viewport_image", pmax=(image_w, image_h))
+        self.image_size = (image_w, image_h)
 
     # frames --------------------------------------------------------------------------
     def frame_waiting(self) -> bool:
@@ -123,6 +140,8 @@ class ShowcasePanel:
     def _update_overlay(self) -> None:
         info, view = self.frame_info or {}, self.view
         line1, line2 = overlay_lines(view.task, info)
+        if info.get("panes", 0) >= 2:  # each pane has its own label
+            line1 = line2 = ""
         if not info.get("renders", 1):
             line1 = f"{view.task}: this environment does not render (training goes on)"
         flags = []
@@ -135,7 +154,31 @@ class ShowcasePanel:
         dpg.configure_item("overlay_2", text=line2)
         dpg.configure_item("overlay_3", text="   ".join(flags))
         width = 9 * max(len(line1), len(line2)) + 10
-        dpg.configure_item("overlay_bg", pmax=(width, 66 if flags else 48))
+        dpg.configure_item(
+            "overlay_bg", pmax=(width, 66 if flags else 48), show=bool(line1 or flags)
+        )
+        self._update_pane_labels(pane_infos(info))
+
+    def _update_pane_labels(self, panes: list[PaneInfo]) -> None:
+        """Each pane's label at its top left (the frame's own overlay says what plays)."""
+        race = self.view.race
+        knobs = {row.lane: row.knobs for row in race.rows} if race is not None else {}
+        image_w, image_h = self.image_size
+        boxes = pane_boxes(image_h, image_w, len(panes)) if panes else []
+        roles = pane_roles(len(panes), self.view.panes)
+        for p in range(MAX_PANES):
+            shown = p < len(panes)
+            dpg.configure_item(f"pane_bg{p}", show=shown)
+            dpg.configure_item(f"pane_text{p}", show=shown)
+            if not shown:
+                continue
+            top, left, _, pane_w = boxes[p]
+            text = pane_label(panes[p], knobs, roles[p])
+            lines = text.split("\n")
+            dpg.configure_item(f"pane_text{p}", text=text, pos=(left + 6, top + 4))
+            right = min(left + pane_w - 2, left + 12 + 8 * max(map(len, lines)))
+            size = (right, top + 8 + 17 * len(lines))
+            dpg.configure_item(f"pane_bg{p}", pmin=(left + 2, top + 2), pmax=size)
 
     # view -> widgets -----------------------------------------------------------------
     def apply(self, view: View) -> None:
@@ -228,7 +271,7 @@ def overlay_lines(task: str, info: dict) -> tuple[str, str]:
             episode = f"worker {worker}'s evaluation at step {step:,}"
         else:
             episode = f"worker {worker}'s episode {info.get('episode', 0)}, step {step:,}"
-        line1 = f"REPLAY 1.0x  ·  {episode}"
+        line1 = ("PINNED  ·  " if info.get("pinned") else "") + f"REPLAY 1.0x  ·  {episode}"
         line2 = (
             f"t {t} / {info.get('replay_length', 0)}  ·  return {info.get('return', 0.0):.1f}"
             f" of {info.get('replay_return', 0.0):.1f}"

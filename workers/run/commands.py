@@ -132,6 +132,23 @@ class ResetShowcase(Command):
 
 
 @dataclass(frozen=True)
+class PinEpisode(Command):
+    """Replay the album episode of `worker` (None: unpin, the newest again), `kind` ("train"
+    or "eval") ending at agent step `step`, looping (Showcase.pin)."""
+
+    worker: int | None = None
+    kind: str = "train"
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class ShowPanes(Command):
+    """Split the viewport: "single", "then-now-2", "then-now-4" or "lanes" (Showcase.show_panes)."""
+
+    layout: str = "single"
+
+
+@dataclass(frozen=True)
 class PauseRendering(Command):
     instant: ClassVar[bool] = True
     paused: bool = True
@@ -209,6 +226,8 @@ def handle(run: BaseRun, command: Command) -> Outcome:
             version = run.race.promote(lane, weights)
             if run.showcase.settings()["source"] <= -2:  # a lane's: the race is over
                 run.showcase.choose(source=-1)
+            if run.showcase.settings()["panes"] == "lanes":
+                run.showcase.show_panes("single")
             what = (
                 "its values and its weights for every worker"
                 if weights
@@ -226,6 +245,16 @@ def handle(run: BaseRun, command: Command) -> Outcome:
             return Outcome()
         case ResetShowcase():
             run.showcase.reset()
+            return Outcome()
+        case PinEpisode(None):
+            run.showcase.pin(None)
+            return Outcome(("viewport: the newest episodes again",))
+        case PinEpisode(worker, kind, step):
+            run.showcase.pin(worker, kind, step)
+            what = "evaluation episode" if kind == "eval" else "episode"
+            return Outcome((f"viewport: worker {worker}'s {what} at step {step:,}, looping",))
+        case ShowPanes(layout):
+            run.showcase.show_panes(layout)
             return Outcome()
         case PauseRendering(paused):
             run.showcase.pause_rendering(paused)

@@ -18,6 +18,8 @@ from agent.agent import resolve_device
 from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.host.signals import children_ignore_ctrl_c
+from workers.rundir.replays import KINDS
+from workers.showcase.episodes import LAYOUTS, find_entry
 from workers.showcase.frames import FrameBuffer
 from workers.showcase.player import PlayerSpec, ShowcaseControls, player_main, task_cameras
 from workers.showcase.replay import MODES
@@ -45,7 +47,13 @@ class Showcase:
         self._frames: FrameBuffer | None = None
         self._render_paused, self._player_stop = ctx.Event(), ctx.Event()
         self._controls = ShowcaseControls(
-            ctx.Value("i", 0), ctx.Value("i", -1), ctx.Event(), resting, ctx.Value("i", 0)
+            ctx.Value("i", 0),
+            ctx.Value("i", -1),
+            ctx.Event(),
+            resting,
+            ctx.Value("i", 0),
+            pin=ctx.Array("q", [-1, 0, 0]),
+            panes=ctx.Value("i", 0),
         )
         self._camera_names: list[str] | None = None
 
@@ -134,18 +142,57 @@ class Showcase:
         if camera is not None:
             self._controls.camera.value = int(camera)
         if source is not None:
+            if source != self._controls.source.value:
+                self.pin(None)  # the timeline is the shown source's: a pin of another ends
             self._controls.source.value = int(source)
         if mode is not None:
             self._controls.mode.value = MODES.index(mode)
 
+    def pin(self, worker: int | None, kind: str = "train", step: int = 0) -> None:
+        """Replay album episode (worker, kind, step) at 1x, again and again, in place of the
+        newest (None: the newest again). One the album does not hold is refused (UserError)
+        and changes nothing."""
+        if worker is None:
+            values = [-1, 0, 0]
+        else:
+            if kind not in KINDS:
+                raise ConfigError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+            if not is_int(worker) or not is_int(step) or worker < 0 or step < 0:
+                raise ConfigError(
+                    f"an album episode is a worker >= 0 and a step >= 0, got {worker!r}, {step!r}"
+                )
+            if find_entry(self.path, worker, kind, step) is None:
+                raise UserError(
+                    f"the album holds no {kind} episode of worker {worker} ending at step "
+                    f"{step:,} (never kept, or thinned out since)"
+                )
+            values = [int(worker), KINDS.index(kind), int(step)]
+        with self._controls.pin.get_lock():
+            self._controls.pin[:] = values
+
+    def show_panes(self, layout: str) -> None:
+        """Split the viewport: "single" (one view), "then-now-2" / "then-now-4" (the shown
+        source's first and newest album episodes, and the thirds between), "lanes" (each race
+        lane's newest episode). Refused (UserError) with a reason, changing nothing."""
+        if layout not in LAYOUTS:
+            raise ConfigError(f"panes must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        if layout == "lanes" and self._sources()[1] < 2:
+            raise UserError("panes by lane need a race of 2 lanes or more: start a race first")
+        self._controls.panes.value = LAYOUTS.index(layout)
+
     def settings(self) -> dict:
-        """The camera, source and mode the showcase uses now (or will, once started):
-        {"camera": id, "source": number, "mode": "auto" | "live" | "replay"}."""
+        """The camera, source and mode the showcase uses now (or will, once started), the
+        album episode pinned and the panes: {"camera": id, "source": number, "mode": "auto" |
+        "live" | "replay", "pin": (worker, kind, step) or None, "panes": a LAYOUTS name}."""
         controls = self._controls
+        with controls.pin.get_lock():
+            worker, kind, step = controls.pin[:]
         return {
             "camera": controls.camera.value,
             "source": controls.source.value,
             "mode": MODES[controls.mode.value],
+            "pin": (worker, KINDS[kind], step) if worker >= 0 else None,
+            "panes": LAYOUTS[controls.panes.value],
         }
 
     def reset(self) -> None:

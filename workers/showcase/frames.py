@@ -6,6 +6,8 @@ frame is being written), so the reader never waits and never sees half a frame."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -13,7 +15,9 @@ import numpy as np
 # int64 header slots: sequence, height, width, then the frame info (INFO fields in order), the
 # rest reserved so fields can be added without changing the layout of those before them; the
 # last slot is the reader's: the sequence of the frame it took last.
-HEADER = 24
+HEADER = 48
+PANE_FIELDS = ("worker", "kind", "step", "return", "lane")  # per pane; kind as `replay` below
+MAX_PANES = 4
 INFO = (
     "episode",
     "step",
@@ -28,10 +32,36 @@ INFO = (
     "replay_worker",  # whose episode a replay shows
     "replay_return",  # the replayed episode's whole return (return: so far)
     "replay_length",  # its agent steps (step: the pose shown)
+    "pinned",  # 1: the replay is an album episode the window pinned (it loops)
+    "panes",  # 0 or 1: one view; 2-4: panes tiled in the frame (episodes.py's pane_boxes)
+    *(f"pane{p}_{name}" for p in range(MAX_PANES) for name in PANE_FIELDS),
 )
-SCALED = ("return", "pace", "replay_return")  # stored x 1000
+SCALED = ("return", "pace", "replay_return", *(f"pane{p}_return" for p in range(MAX_PANES)))
 _INFO_AT = 3  # first info slot
 _TAKEN = HEADER - 1
+assert _INFO_AT + len(INFO) <= _TAKEN, "the frame info outgrew the header"
+
+
+@dataclass(frozen=True)
+class PaneInfo:
+    """What one pane of a tiled frame replays."""
+
+    worker: int = -1
+    kind: int = 0  # 0: nothing (a blank pane), 1: a training episode, 2: an evaluation
+    step: int = 0  # the worker's agent step when the episode ended
+    ret: float = 0.0  # the episode's whole return
+    lane: int = -1  # the race lane it stands for (-1: none)
+
+    def values(self) -> tuple[int, ...]:
+        return (self.worker, self.kind, self.step, int(self.ret * 1000), self.lane)
+
+
+def pane_infos(info: dict) -> list[PaneInfo]:
+    """The panes of a frame's info (read()'s dict); empty for a one-view frame."""
+    count = info.get("panes", 0)
+    if count < 2:
+        return []
+    return [PaneInfo(*(info[f"pane{p}_{name}"] for name in PANE_FIELDS)) for p in range(count)]
 
 
 class FrameBuffer:
@@ -63,7 +93,10 @@ class FrameBuffer:
         replay_worker: int = -1,
         replay_return: float = 0.0,
         replay_length: int = 0,
+        pinned: bool = False,
+        panes: Sequence[PaneInfo] = (),
     ) -> None:
+        """`panes`: what each pane shows when the frame is tiled (at most MAX_PANES)."""
         self.header[0] += 1  # odd: writing
         self.pixels[:] = frame
         info = (
@@ -80,7 +113,12 @@ class FrameBuffer:
             replay_worker,
             int(replay_return * 1000),
             replay_length,
+            int(pinned),
+            len(panes),
         )
+        flat = [v for pane in panes[:MAX_PANES] for v in pane.values()]
+        flat += [0] * (MAX_PANES * len(PANE_FIELDS) - len(flat))
+        info += tuple(flat)
         self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
         self.header[0] += 1  # even: complete
 

@@ -5,8 +5,11 @@ Live, it shows the merged weights or, when asked, one worker's newest weights
 the planner in evaluation mode at real-time pace (or as fast as its CPU budget allows); each
 finished live episode's return goes to player.jsonl. As a replay (replay.py) it draws the
 source's newest finished episode again from its recorded poses at 1x. The camera, the source,
-the mode and an episode reset are shared values the run changes while the player runs. Each
-rendered frame goes into shared memory (frames.py)."""
+the mode and an episode reset are shared values the run changes while the player runs, and so
+are an album episode pinned from the timeline (replayed in a loop) and the panes (several
+replays tiled into one frame: then and now, or one per race lane; episodes.py chooses them).
+Each rendered frame goes into shared memory (frames.py). Over 300 lines because live play,
+replays and panes share one process's env, CPU budget, frame cap and frame buffer."""
 
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ from workers.rundir.directory import RunDir
 from workers.rundir.paths import PLAYER_LOG
 from workers.rundir.records import ShowcaseEpisode
 from workers.rundir.replays import KINDS, EpisodeReplay
-from workers.showcase.frames import FrameBuffer
+from workers.showcase.episodes import LAYOUTS, find_entry, pane_boxes, pane_episodes
+from workers.showcase.frames import FrameBuffer, PaneInfo
 from workers.showcase.pacing import CpuBudget, Pace
-from workers.showcase.replay import MODES, Playhead, newest_episode, use_replay
+from workers.showcase.replay import HOLD_S, MODES, Playhead, newest_episode, use_replay
 from workers.showcase.shown_weights import ShownWeights
 
 SLOW_CHECK_STEPS = 5  # in slow motion, look for newer weights every this many steps
@@ -63,6 +67,10 @@ class ShowcaseControls:
     reset: Any  # set: end the current episode now and start a new one
     training_paused: Any = None  # set: the workers are paused, the CPU budget is lifted
     mode: Any = None  # index into MODES: auto (replay where live is slow), live, replay
+    # (worker, index into KINDS, step) of the album episode pinned; worker -1: none
+    # (ctx.Array("q", 3), read and written under its lock so the three agree)
+    pin: Any = None
+    panes: Any = None  # index into LAYOUTS (episodes.py): one view, then and now, lanes
 
 
 def task_cameras(cfg: Config) -> list[str]:
@@ -113,6 +121,8 @@ class Player:
         self.live_speed: float | None = None  # the live pace last measured (auto mode's guide)
         self.episode, self.last_render, self.rendered = 0, 0.0, False
         self.clock, self.sleep = time.monotonic, time.sleep  # a replay's (tests: a fake clock)
+        # The pinned episode, loaded once: it loops even if the album thins its file out.
+        self.pinned_replay: tuple[tuple[int, int, int], EpisodeReplay | None] | None = None
 
     def running(self) -> bool:
         alive = os.getppid() == self.parent  # the run's process died (kill -9): no orphan
@@ -121,6 +131,26 @@ class Player:
     def mode(self) -> str:
         value = self.controls.mode.value if self.controls.mode is not None else 0
         return MODES[value] if 0 <= value < len(MODES) else "auto"
+
+    def layout(self) -> str:
+        value = self.controls.panes.value if self.controls.panes is not None else 0
+        return LAYOUTS[value] if 0 <= value < len(LAYOUTS) else "single"
+
+    def pin(self) -> tuple[int, int, int] | None:
+        """(worker, kind index, step) of the album episode pinned, or None."""
+        shared = self.controls.pin
+        if shared is None:
+            return None
+        with shared.get_lock():
+            worker, kind, step = shared[:]
+        return (worker, kind, step) if worker >= 0 and 0 <= kind < len(KINDS) else None
+
+    def pinned_episode(self, pin: tuple[int, int, int]) -> EpisodeReplay | None:
+        if self.pinned_replay is None or self.pinned_replay[0] != pin:
+            worker, kind, step = pin
+            entry = find_entry(self.spec.run_path, worker, KINDS[kind], step)
+            self.pinned_replay = (pin, entry.load() if entry is not None else None)
+        return self.pinned_replay[1]
 
     def wants_replay(self) -> bool:
         paused = self.controls.training_paused
@@ -134,6 +164,15 @@ class Player:
             while self.running():
                 # A reset asked for while the last episode was ending is served by this one.
                 self.controls.reset.clear()
+                if self.layout() != "single" and self.env.renders:
+                    self.play_panes(self.layout())
+                    continue
+                pin = self.pin()
+                if pin is not None:
+                    pinned = self.pinned_episode(pin)
+                    if pinned is not None and self.fits(pinned):
+                        self.play_replay(pinned, pinned=True)
+                        continue
                 if self.wants_replay():
                     replay = newest_episode(Path(self.spec.run_path), self.controls.source.value)
                     if replay is not None and self.fits(replay):
@@ -157,9 +196,16 @@ class Player:
         due = now - self.last_render >= 1.0 / self.spec.max_fps
         return due and self.frames.wanted() and not self.render_paused.is_set()
 
-    def render(self) -> tuple[np.ndarray, int, bool]:
+    def render(self, size: tuple[int, int] | None = None) -> tuple[np.ndarray, int, bool]:
+        """The env's view (`size`: a pane's (height, width) instead of the frame's)."""
         camera = self.controls.camera.value
-        frame = self.env.render(camera_id=camera) if self.env.renders else None
+        whole = self.env.render_size
+        if size is not None:
+            self.env.render_size = size  # a pane's own size: a narrower view, not squashed
+        try:
+            frame = self.env.render(camera_id=camera) if self.env.renders else None
+        finally:
+            self.env.render_size = whole
         if not self.rendered:
             # The first frame sets up the GL context (0.4 s of CPU on software GL): a one-off,
             # not charged to the budget, which would otherwise hold the next frames back.
@@ -237,14 +283,18 @@ class Player:
         self.episode += 1
 
     # replay ------------------------------------------------------------------------------
-    def play_replay(self, replay: EpisodeReplay) -> None:
+    def play_replay(self, replay: EpisodeReplay, pinned: bool = False) -> None:
         """One recorded episode at 1x: each frame shows the pose of the moment it is drawn
-        (frames the budget cannot afford are skipped, never the time between them)."""
+        (frames the budget cannot afford are skipped, never the time between them). A pinned
+        one is played again until the pin or the panes change."""
         controls, source, mode = self.controls, self.controls.source.value, self.mode()
+        pin, layout = self.pin(), self.layout()
         head = Playhead(replay, self.clock)
         shown_index = -1
         while self.running() and not head.finished():
             if controls.reset.is_set() or controls.source.value != source or self.mode() != mode:
+                break
+            if self.pin() != pin or self.layout() != layout:
                 break
             now = self.clock()
             index = head.index()
@@ -267,11 +317,65 @@ class Player:
                     replay_worker=replay.worker,
                     replay_return=replay.ret,
                     replay_length=replay.length,
+                    pinned=pinned,
                 )
             self.keep_budget()
             # Look again at the next pose's time, or soon for a frame the reader wants.
             wait = (index + 1) * replay.step_seconds - head.elapsed()
             self.sleep(min(max(0.001, wait), REPLAY_TICK_S))
+
+    def play_panes(self, layout: str) -> None:
+        """Episodes side by side, each at 1x on its own playhead, tiled into one frame; a
+        pane whose episode ended (and held its last pose) starts it again. Returns once every
+        pane has played its episode through, so the next call picks the newest ones."""
+        controls, source = self.controls, self.controls.source.value
+        panes = pane_episodes(self.spec.run_path, layout, source)
+        panes = [(r if r is not None and self.fits(r) else None, lane) for r, lane in panes]
+        boxes = pane_boxes(self.spec.height, self.spec.width, len(panes))
+        heads = [Playhead(r, self.clock) if r is not None else None for r, _ in panes]
+        played = [head is None for head in heads]
+        infos = [
+            PaneInfo(r.worker, 1 + KINDS.index(r.kind), r.step, r.ret, lane)
+            if r is not None
+            else PaneInfo(lane=lane)
+            for r, lane in panes
+        ]
+        frame = np.zeros((self.spec.height, self.spec.width, 3), np.uint8)
+        started = self.clock()
+        # Blank panes only (nothing recorded yet): still a second's wait before looking again.
+        while self.running() and not (all(played) and self.clock() - started >= HOLD_S):
+            if controls.reset.is_set() or controls.source.value != source:
+                break
+            if self.layout() != layout:
+                break
+            for n, head in enumerate(heads):
+                if head is not None and head.finished():
+                    played[n] = True
+                    heads[n] = Playhead(head.replay, self.clock)  # loop while others play
+            now = self.clock()
+            if self.frame_due(now):
+                self.last_render = now
+                camera = controls.camera.value
+                for (top, left, h, w), head in zip(boxes, heads):
+                    if head is None:
+                        frame[top : top + h, left : left + w] = 0
+                        continue
+                    self.env.show_state(head.replay.states[head.index()])
+                    frame[top : top + h, left : left + w] = self.render((h, w))[0]
+                self.frames.write(
+                    frame,
+                    self.episode,
+                    0,
+                    -1,
+                    0.0,
+                    camera=camera,
+                    source=source,
+                    pace=1.0,
+                    replay=1,
+                    panes=infos,
+                )
+            self.keep_budget()
+            self.sleep(REPLAY_TICK_S)
 
 
 def player_main(
