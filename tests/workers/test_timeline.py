@@ -231,3 +231,14 @@ def test_bad_pins_and_panes_are_refused_with_one_message(run, command, error, me
     with pytest.raises(error, match=message):
         run.do(command)
     assert run.showcase.settings() == before  # nothing changed
+
+
+def test_then_and_now_ends_with_the_newest_episode_even_when_the_album_passed_it_over(tmp_path):
+    from workers.rundir.replays import write_replay
+
+    for step in (100, 200, 300):
+        keep_in_album(tmp_path, pose_episode(0.1, worker=0, step=step))
+    assert [r.step for r, _ in pane_episodes(tmp_path, "then-now-2", 0)] == [100, 300]
+    write_replay(tmp_path, pose_episode(0.2, worker=0, step=350))  # newest, not in the album
+    assert [r.step for r, _ in pane_episodes(tmp_path, "then-now-2", 0)] == [100, 350]
+    assert [r.step for r, _ in pane_episodes(tmp_path, "then-now-4", 0)] == [100, 200, 300, 350]

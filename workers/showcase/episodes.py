@@ -113,7 +113,9 @@ def pane_episodes(
     count = pane_count(layout, 0)
     chosen = spread_entries(source_album(run_path, source), count)
     replays: list[EpisodeReplay | None] = [e.load() for e in chosen]
-    if not chosen:
-        replays = [newest_episode(Path(run_path), source)]
+    newest = newest_episode(Path(run_path), source)
+    if newest is not None and (not chosen or newest.step > chosen[-1].step):
+        # "Now" is the newest finished episode, which the album's thinning may have passed over.
+        replays = [*replays[:-1], newest] if len(chosen) == count else [*replays, newest]
     replays += [None] * (count - len(replays))
     return [(r, -1) for r in replays]
