@@ -23,9 +23,9 @@ class Panel(Protocol):
         """Show a new view (called on the GUI thread only when the view changed)."""
 
 
-def data_table(tag: str, labels: tuple[str, ...]) -> None:
+def data_table(tag: str, labels: tuple[str, ...], weights: tuple[float, ...] = ()) -> None:
     """A table of rows of numbers: a header row, stripes, columns labelled `labels` (more can
-    be added with parent=tag)."""
+    be added with parent=tag), their widths in proportion to `weights` (default: even)."""
     with dpg.table(
         tag=tag,
         header_row=True,
@@ -33,8 +33,8 @@ def data_table(tag: str, labels: tuple[str, ...]) -> None:
         row_background=True,
         borders_innerH=True,
     ):
-        for label in labels:
-            dpg.add_table_column(label=label)
+        for label, weight in zip(labels, weights or (1.0,) * len(labels)):
+            dpg.add_table_column(label=label, init_width_or_weight=weight)
 
 
 class TextStyles:
