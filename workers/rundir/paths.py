@@ -36,6 +36,7 @@ PLAYER_LOG = "player.jsonl"
 START = "start.pt"
 REPLAYS = "replays"
 ALBUM = "album"
+MEDIA = "media"  # screenshots, clips and montages: the window's and `launch.py montage`'s
 
 
 def metrics_name(index: int | str) -> str:
