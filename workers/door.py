@@ -39,6 +39,7 @@ from workers.run.commands import (
     Checkpoint,
     ChooseShowcase,
     Command,
+    MakeMontage,
     OpenShowcase,
     Outcome,
     Pause,
@@ -104,6 +105,7 @@ __all__ = [
     "ChooseShowcase",
     "ResetShowcase",
     "PauseRendering",
+    "MakeMontage",
     # a run from the flags, the window's start-up or its new-run dialog, checked before made
     "NewRun",
     "RUNS",

@@ -67,16 +67,23 @@ class MontageJobs:
 
     def __init__(self, ctx, run_path: str | Path):
         self._ctx, self._run_path = ctx, Path(run_path)
-        self._notices = ctx.Queue()
+        self._notices = None  # a queue once a montage starts: most runs never make one
         self._processes: list = []
 
     def start(self, episodes: int = 8, worker: int | None = None, lane: int | None = None) -> Path:
         """Render a montage in a new process into the run's media/ folder; returns the file it
         will be. UserError (nothing started) when the run or its album allows none."""
+        if self.running():
+            raise UserError("a montage is being made already: the status line says how far")
         plan_montage(self._run_path, episodes, worker, lane)  # refused here, not in the child
         out = montage_path(self._run_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            out.parent.mkdir(exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot write {out}: {err.strerror or err}") from None
         request = MontageRequest(str(self._run_path), str(out), episodes, worker, lane)
+        if self._notices is None:
+            self._notices = self._ctx.Queue()
         # daemon: a closing window ends it (SIGTERM), and it removes its partial file
         process = self._ctx.Process(
             target=montage_main, args=(request, self._notices), name="montage", daemon=True
@@ -93,7 +100,7 @@ class MontageJobs:
         """Notices since the last call (a process that died without a word too); never
         waits."""
         out = []
-        while True:
+        while self._notices is not None:
             try:
                 out.append(self._notices.get_nowait())
             except (queue.Empty, OSError, ValueError):
