@@ -71,7 +71,7 @@ def make_montage(args: argparse.Namespace) -> Path:
     """Plan, check the target, render with a progress bar; returns the file written."""
     from tqdm import tqdm
 
-    from workers.showcase.montage import FPS, render_montage, total_frames
+    from workers.showcase.montage import render_montage
     from workers.showcase.montage_plan import montage_path, plan_montage
 
     kind = "eval" if args.eval else "train"
@@ -84,12 +84,18 @@ def make_montage(args: argparse.Namespace) -> Path:
             raise UserError(f"cannot write {out}: {err.strerror or err}") from None
     else:
         out = Path(args.out).expanduser()
-    total = total_frames(plan, FPS)
-    bar = tqdm(total=total, unit="frame", desc="montage", file=sys.stderr, dynamic_ncols=True)
+    bars = []  # made at the first frame: a target refused before shows no bar
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, unit="frame", desc="montage", file=sys.stderr))
+        bars[0].update(done - bars[0].n)
+
     try:
-        return render_montage(plan, out, args.size, FPS, lambda done, _: bar.update(done - bar.n))
+        return render_montage(plan, out, args.size, progress=progress)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
 
 
 def main(argv: list[str]) -> int:

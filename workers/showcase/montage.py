@@ -99,31 +99,42 @@ def _render(plan: MontagePlan, path: Path, size, fps, progress, stop) -> None:
                 raise UserError(
                     f"the album's poses do not fit {plan.cfg.task}'s model: cannot replay them"
                 )
-        layout, total, done = grid(len(plan.tiles)), total_frames(plan, fps), 0
         writer = imageio.get_writer(
             path, format="FFMPEG", fps=fps, codec="libx264", macro_block_size=2, quality=7
         )
-        with writer:
-            for n in range(plan.episodes):
-                replays = [t.episodes[n] for t in plan.tiles]
-                layers = [
-                    tile_overlay(size, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret))
-                    for t, r in zip(plan.tiles, replays)
-                ]
-                for frame in range(segment_frames(replays, fps)):
-                    if stop is not None and stop():
-                        raise KeyboardInterrupt
-                    shots = []
-                    for replay in replays:
-                        env.show_state(replay.states[pose_index(frame, replay, fps)])
-                        shots.append(env.render(camera_id=0))
-                    writer.append_data(compose(shots, layers, layout))
-                    done += 1
-                    if progress is not None:
-                        progress(done, total)
+        try:
+            _write_frames(plan, env, writer, size, fps, progress, stop)
+            writer.close()  # ffmpeg finishes the file; its error, if any, is the montage's
+        finally:
+            # On an error too (imageio's `with` leaves it open): ffmpeg must have ended before
+            # the caller removes the file, or it writes the file again after.
+            with contextlib.suppress(Exception):
+                writer.close()
     finally:
         with contextlib.suppress(Exception):  # closing must not hide the error that ended it
             env.close()
+
+
+def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop) -> None:
+    """Each episode's frames at 1x: every tile's pose of the moment, under its overlay."""
+    layout, total, done = grid(len(plan.tiles)), total_frames(plan, fps), 0
+    for n in range(plan.episodes):
+        replays = [t.episodes[n] for t in plan.tiles]
+        layers = [
+            tile_overlay(size, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret))
+            for t, r in zip(plan.tiles, replays)
+        ]
+        for frame in range(segment_frames(replays, fps)):
+            if stop is not None and stop():
+                raise KeyboardInterrupt
+            shots = []
+            for replay in replays:
+                env.show_state(replay.states[pose_index(frame, replay, fps)])
+                shots.append(env.render(camera_id=0))
+            writer.append_data(compose(shots, layers, layout))
+            done += 1
+            if progress is not None:
+                progress(done, total)
 
 
 def _lines(plan: MontagePlan, label: str, replay: EpisodeReplay, n: int) -> list[str]:

@@ -50,8 +50,8 @@ def tile_overlay(
     face, outline = font(text_px), max(1, text_px // 9)
     y = text_px // 3
     for line in lines:
-        draw.text((text_px // 2, y), line, font=face, fill=TEXT, stroke_width=outline,
-                  stroke_fill=SHADOW)  # fmt: skip
+        at = (text_px // 2, y)
+        draw.text(at, line, font=face, fill=TEXT, stroke_width=outline, stroke_fill=SHADOW)
         y += int(text_px * 1.25)
     box_w, box_h = int(width * 0.42), int(height * 0.3)
     left, top = width - box_w - text_px // 2, height - box_h - text_px // 2

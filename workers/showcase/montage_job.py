@@ -92,6 +92,13 @@ class MontageJobs:
         self._processes.append(process)
         return out
 
+    def wait(self, timeout: float) -> bool:
+        """Wait until no montage is being made (tests, a command line); False at the deadline."""
+        deadline = time.monotonic() + timeout
+        for process in list(self._processes):
+            process.join(max(0.0, deadline - time.monotonic()))
+        return not self.running()
+
     def running(self) -> int:
         """How many montages are being rendered now."""
         return sum(p.is_alive() for p in self._processes)
