@@ -28,6 +28,11 @@ def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default(size)
 
 
+def number(value: float) -> str:
+    """A return as the chart labels it: whole above 100, else to 3 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def grid(tiles: int) -> tuple[int, int]:
     """(rows, columns) for this many tiles: one row up to three, then as square as it goes."""
     cols = tiles if tiles <= 3 else math.ceil(math.sqrt(tiles))
@@ -75,8 +80,8 @@ def _chart(draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], curve, mar
     def at(step: float, ret: float) -> tuple[float, float]:
         return x0 + (x1 - x0) * step / last, y1 - (y1 - y0) * (ret - low) / (high - low)
 
-    draw.text((x0, top + pad // 2), f"return  {high:,.0f}", font=face, fill=MUTED)
-    draw.text((x0, y1 + pad // 2), f"{low:,.0f}", font=face, fill=MUTED)
+    draw.text((x0, top + pad // 2), f"return  {number(high)}", font=face, fill=MUTED)
+    draw.text((x0, y1 + pad // 2), number(low), font=face, fill=MUTED)
     draw.text((x1, y1 + pad // 2), f"step {last:,}", font=face, fill=MUTED, anchor="ra")
     if len(curve) > 1:
         draw.line([at(s, r) for s, r in curve], fill=CURVE, width=max(1, px // 8))
