@@ -89,7 +89,7 @@ def test_an_interrupted_montage_leaves_no_file(album, tmp_path):
     done = []
     with pytest.raises(KeyboardInterrupt):  # `stop` says so after 5 frames, as SIGTERM would
         render_montage(
-            plan, tmp_path / "m.mp4", TINY, None, 30, done.append, lambda: len(done) >= 5
+            plan, tmp_path / "m.mp4", TINY, 30, lambda d, _: done.append(d), lambda: len(done) > 4
         )
     assert list(tmp_path.iterdir()) == []
 
@@ -173,7 +173,8 @@ def test_the_window_command_renders_in_the_background_and_says_where(tmp_path):
     for n, length in enumerate((3, 6)):
         states, rewards, seconds = episode_poses("cartpole-balance", length, n)
         keep_in_album(run.path, EpisodeReplay(states, rewards, 0, "train", 10 * n + 10, n, seconds))
-    (notice,) = run.do(MakeMontage(episodes=2)).notices
+    (notice,) = run.do(MakeMontage(episodes=3)).notices
+    assert notice.startswith("making a montage of 2 album episodes: "), "as many as there are"
     path = Path(notice.rpartition(": ")[2])
     assert path.parent == run.path / "media" and path.suffix == ".mp4"
     assert run.montages.wait(timeout=120), "the montage process ended"

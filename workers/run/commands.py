@@ -167,8 +167,8 @@ def handle(run: BaseRun, command: Command) -> Outcome:
     asked = run.wording.asked  # "" for the owner; a view's requests go to the owner
     match command:
         case MakeMontage(episodes):
-            path = run.montages.start(episodes)  # refused (UserError) before it starts
-            return Outcome((f"making a montage of {episodes} album episodes: {path}",))
+            path, shown = run.montages.start(episodes)  # refused (UserError) before it starts
+            return Outcome((f"making a montage of {shown} album episodes: {path}",))
         case SetKnobs(changes, lane):
             version = run.knobs.set(lane=lane, **changes)
             text = ", ".join(f"{k}={v}" for k, v in changes.items())

@@ -70,12 +70,15 @@ class MontageJobs:
         self._notices = None  # a queue once a montage starts: most runs never make one
         self._processes: list = []
 
-    def start(self, episodes: int = 8, worker: int | None = None, lane: int | None = None) -> Path:
+    def start(
+        self, episodes: int = 8, worker: int | None = None, lane: int | None = None
+    ) -> tuple[Path, int]:
         """Render a montage in a new process into the run's media/ folder; returns the file it
-        will be. UserError (nothing started) when the run or its album allows none."""
+        will be and its episodes (fewer than asked in a short album). UserError (nothing
+        started) when the run or its album allows none."""
         if self.running():
             raise UserError("a montage is being made already: the status line says how far")
-        plan_montage(self._run_path, episodes, worker, lane)  # refused here, not in the child
+        plan = plan_montage(self._run_path, episodes, worker, lane)  # refused here, not later
         out = montage_path(self._run_path)
         try:
             out.parent.mkdir(exist_ok=True)
@@ -90,7 +93,7 @@ class MontageJobs:
         )
         process.start()
         self._processes.append(process)
-        return out
+        return out, plan.episodes
 
     def wait(self, timeout: float) -> bool:
         """Wait until no montage is being made (tests, a command line); False at the deadline."""
