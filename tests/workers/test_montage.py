@@ -108,12 +108,15 @@ def bad_inputs(album: Path, race: Path, tmp_path: Path) -> dict[str, tuple[list[
     make_album_run(empty_run, lengths=())
     a_file = tmp_path / "file"
     a_file.write_text("")
+    (tmp_path / "dir.mp4").mkdir()
     out = ["--out", str(tmp_path / "m.mp4")]
     return {
         "not a run": ([str(tmp_path / "nothing")], "not a multi-worker run directory"),
         "no album": ([str(empty_run)], "no training episodes"),
         "folder missing": ([str(album), "--out", str(tmp_path / "no" / "m.mp4")], "not exist"),
         "folder is a file": ([str(album), "--out", str(a_file / "m.mp4")], "not exist"),
+        "a folder": ([str(album), "--out", str(empty_run)], "should end in .mp4"),
+        "a folder named .mp4": ([str(album), "--out", str(tmp_path / "dir.mp4")], "a folder"),
         "not mp4": ([str(album), "--out", str(tmp_path / "m.gif")], "should end in .mp4"),
         "no such worker": ([str(album), "--worker", "3", *out], "worker 3 is not in the run"),
         "no race": ([str(album), "--lane", "0", *out], "the run has no race"),

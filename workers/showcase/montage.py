@@ -58,6 +58,8 @@ def _open_target(out: Path) -> Path:
         raise UserError(f"the montage is an MP4 file: {out} should end in .mp4")
     if not out.parent.is_dir():
         raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
+    if out.is_dir():
+        raise UserError(f"cannot write {out}: it is a folder")
     temp = out.with_name(f".{out.stem}.{os.getpid()}.partial.mp4")  # .mp4: ffmpeg's format
     try:
         temp.touch()
@@ -82,6 +84,9 @@ def render_montage(
     try:
         _render(plan, temp, size or default_size(plan), fps, progress, stop)
         os.replace(temp, out)
+    except OSError as err:  # the disk filled, the folder went away: said in one line
+        temp.unlink(missing_ok=True)
+        raise UserError(f"writing {out} failed: {err}") from None
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
