@@ -105,6 +105,16 @@ def _check_choice(settings: RunSettings, lanes: tuple, worker: int | None, lane:
         raise UserError(f"lane {lane} is not in the run's race (its lanes: 0 to {len(lanes) - 1})")
 
 
+def _groups(
+    settings: RunSettings, lanes: tuple, worker: int | None, lane: int | None
+) -> list[tuple[int | None, list[int]]]:
+    """(lane number or None, its workers) for each tile: the race's lanes (or lane `lane`), or
+    outside a race (or with `worker`) one tile of the run's workers (or `worker`)."""
+    if worker is None and lanes:
+        return [(n, list(lanes[n])) for n in ([lane] if lane is not None else range(len(lanes)))]
+    return [(None, [worker] if worker is not None else list(range(settings.workers)))]
+
+
 def _tile(run_path: Path, label: str, worker: int, chosen: list[AlbumEntry], kind: str) -> Tile:
     episodes = [e.load() for e in chosen]  # loaded now: a live run's album thins out later
     kept = tuple(ep for ep in episodes if ep is not None)
@@ -119,22 +129,18 @@ def plan_montage(
     kind: str = "train",
 ) -> MontagePlan:
     """The montage of run `run_path`: `episodes` album episodes of `worker` (None: the first
-    worker with some), or a tile per race lane (`lane`: that one only). UserError when the run,
-    the choice or the album does not allow one."""
+    worker with some), or in a race a tile per lane (`lane`: that one only) showing its first
+    worker with episodes (a lane with none yet is left out). UserError when the run, the
+    choice or the album does not allow one."""
     path = Path(run_path)
     if episodes < 1:
         raise UserError(f"--episodes must be 1 or more, not {episodes}")
     cfg, settings = read_record(path)  # UserError: not a run directory, or a damaged one
     lanes = race_lanes(path)
     _check_choice(settings, lanes, worker, lane)
-    words = KIND_WORDS[kind]
-    if worker is None and lanes:
-        groups = [(n, list(lanes[n])) for n in ([lane] if lane is not None else range(len(lanes)))]
-    else:
-        groups = [(None, [worker] if worker is not None else list(range(settings.workers)))]
     tiles: list[Tile] = []
     steps: list[int] = []  # the first tile's episodes' steps: the others show the nearest
-    for number, workers in groups:
+    for number, workers in _groups(settings, lanes, worker, lane):
         # A group shows its first worker that has episodes of this kind.
         found = [(w, [e for e in worker_entries(path, w) if e.kind == kind]) for w in workers]
         found = [(w, entries) for w, entries in found if entries]
@@ -151,8 +157,8 @@ def plan_montage(
         whose = f"worker {worker}" if worker is not None else "the run"
         whose = f"lane {lane}" if lane is not None else whose
         raise UserError(
-            f"no {words} episodes of {whose} in the album of {path} yet (each worker keeps "
-            "them as it trains; runs from before the album have none)"
+            f"no {KIND_WORDS[kind]} episodes of {whose} in the album of {path} yet (each "
+            "worker keeps them as it trains; runs from before the album have none)"
         )
     count = min(len(t.episodes) for t in tiles)  # a damaged file: the others show as many
     tiles = [Tile(t.label, t.worker, t.episodes[:count], t.curve) for t in tiles]
