@@ -19,7 +19,7 @@ import imageio.v2 as imageio
 from agent.envs import env_of
 from agent.errors import UserError
 from workers.rundir.replays import EpisodeReplay
-from workers.showcase.montage_draw import compose, grid, tile_overlay
+from workers.showcase.montage_draw import chart_scale, compose, grid, tile_overlay
 from workers.showcase.montage_plan import KIND_WORDS, MontagePlan
 from workers.showcase.player import light_rendering
 
@@ -123,10 +123,14 @@ def _render(plan: MontagePlan, path: Path, size, fps, progress, stop) -> None:
 def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop) -> None:
     """Each episode's frames at 1x: every tile's pose of the moment, under its overlay."""
     layout, total, done = grid(len(plan.tiles)), total_frames(plan, fps), 0
+    # One scale for every tile's chart: the episodes' own returns count too (a curve can miss
+    # them: records and album are written apart).
+    marks = tuple((ep.step, ep.ret) for t in plan.tiles for ep in t.episodes)
+    scale = chart_scale([t.curve for t in plan.tiles] + [marks])
     for n in range(plan.episodes):
         replays = [t.episodes[n] for t in plan.tiles]
         layers = [
-            tile_overlay(size, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret))
+            tile_overlay(size, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret), scale)
             for t, r in zip(plan.tiles, replays)
         ]
         for frame in range(segment_frames(replays, fps)):

@@ -39,15 +39,28 @@ def grid(tiles: int) -> tuple[int, int]:
     return math.ceil(tiles / cols), cols
 
 
+Curve = tuple[tuple[int, float], ...]  # (agent step, return) points
+
+
+def chart_scale(curves: list[Curve]) -> tuple[float, float, int]:
+    """(lowest return, highest, last step) over these curves: a race's charts share them, so
+    that the lanes' curves compare at a glance."""
+    returns = [r for curve in curves for _, r in curve] or [0.0]
+    low, high = min(returns), max(returns)
+    last = max([s for curve in curves for s, _ in curve] or [1])
+    return low, (high if high > low else low + 1.0), max(last, 1)
+
+
 def tile_overlay(
     size: tuple[int, int],
     lines: list[str],
-    curve: tuple[tuple[int, float], ...],
+    curve: Curve,
     marker: tuple[int, float],
+    scale: tuple[float, float, int],
 ) -> Image.Image:
     """A see-through RGBA layer of a tile of `size` (height, width): `lines` of text at the
-    top left, and the learning curve with `marker` (step, return) at the bottom right. It is
-    the same for every frame of an episode, so it is drawn once per episode."""
+    top left, and the learning curve with `marker` (step, return) at the bottom right, drawn to
+    `scale` (chart_scale). It is the same for every frame of an episode: drawn once each."""
     height, width = size
     layer = Image.new("RGBA", (width, height), (0, 0, 0, 0))
     draw = ImageDraw.Draw(layer)
@@ -60,19 +73,16 @@ def tile_overlay(
         y += int(text_px * 1.25)
     box_w, box_h = int(width * 0.42), int(height * 0.3)
     left, top = width - box_w - text_px // 2, height - box_h - text_px // 2
-    _chart(draw, (left, top, left + box_w, top + box_h), curve, marker, max(8, height // 30))
+    _chart(draw, (left, top, left + box_w, top + box_h), curve, marker, scale)
     return layer
 
 
-def _chart(draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], curve, marker, px: int):
+def _chart(draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], curve, marker, scale):
     left, top, right, bottom = box
+    px = max(8, (bottom - top) // 9)  # the labels' size
     draw.rounded_rectangle(box, radius=px // 2, fill=PANEL)
     face = font(px)
-    steps = [s for s, _ in curve] + [marker[0]]
-    returns = [r for _, r in curve] + [marker[1]]
-    low, high = min(returns), max(returns)
-    high = high if high > low else low + 1.0
-    last = max(max(steps), 1)
+    low, high, last = scale
     pad = px // 2
     # The plot area leaves room for the axis labels: the highest return above, steps below.
     x0, x1, y0, y1 = left + pad, right - pad, top + pad + px, bottom - pad - px
