@@ -156,7 +156,7 @@ def test_launch_py_montage_writes_the_file_and_prints_its_path(album, tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out)
@@ -180,7 +180,8 @@ def test_the_window_command_renders_in_the_background_and_says_where(tmp_path):
     assert notice.startswith("making a montage of 2 album episodes: "), "as many as there are"
     path = Path(notice.rpartition(": ")[2])
     assert path.parent == run.path / "media" and path.suffix == ".mp4"
-    assert run.montages.wait(timeout=120), "the montage process ended"
+    # At nice 10 the process is slow on a busy host: a generous deadline, no fixed wait.
+    assert run.montages.wait(timeout=300), "the montage process ended"
     lines = run.montages.lines()
     assert lines[-1].startswith("montage written") and lines[-1].endswith(str(path)), lines
     assert path.exists() and list(path.parent.iterdir()) == [path]
