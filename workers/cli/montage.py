@@ -37,21 +37,30 @@ def build_montage_parser() -> CliParser:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory")
     parser.add_argument(
-        "--out", default=None, help="the MP4 to write (default: RUN_DIR/media/montage-TIME.mp4)"
+        "--out",
+        default=None,
+        metavar="FILE.mp4",
+        help="the MP4 to write (default: RUN_DIR/media/montage-TIME.mp4)",
     )
     parser.add_argument(
-        "--episodes", type=int, default=8, help="episodes, spread evenly over the album"
+        "--episodes",
+        type=int,
+        default=8,
+        metavar="N",
+        help="episodes, spread evenly over the album",
     )
     parser.add_argument(
         "--worker",
         type=int,
         default=None,
+        metavar="K",
         help="whose episodes (default: worker 0, or the first with some)",
     )
     parser.add_argument(
         "--lane",
         type=int,
         default=None,
+        metavar="L",
         help="a race: only this lane's (default: every lane side by side)",
     )
     parser.add_argument(
