@@ -200,6 +200,9 @@ class Controller:
 
     def _refresh(self) -> None:
         run, model = self._run, self._model
+        if run is not None:  # a montage goes on after its run stopped
+            for line in run.montages.lines():
+                self.notices.put(line)
         if run is not None and model is not None and self._phase == "running":
             model.ingest(run.new_events())
             # A worker restarted...; those also recorded (a crash) come as model errors.

@@ -39,6 +39,7 @@ from workers.run.commands import (
     Checkpoint,
     ChooseShowcase,
     Command,
+    MakeMontage,
     OpenShowcase,
     Outcome,
     Pause,
@@ -119,6 +120,7 @@ __all__ = [
     "pane_boxes",
     "pane_infos",
     "source_album",
+    "MakeMontage",
     # a run from the flags, the window's start-up or its new-run dialog, checked before made
     "NewRun",
     "RUNS",

@@ -8,10 +8,12 @@ import time
 
 import pytest
 from conftest import tiny_run as tiny
+from helpers.album_run import episode_poses
 
 from viewer.controller import Controller
 from workers.door import (
     ChooseShowcase,
+    MakeMontage,
     OpenShowcase,
     Outcome,
     Pause,
@@ -22,6 +24,8 @@ from workers.door import (
 )
 from workers.run.commands import handle
 from workers.run.owner import AttachedRun, Run, RunSettings
+from workers.rundir.album import keep_in_album
+from workers.rundir.replays import EpisodeReplay
 
 
 class Recording:
@@ -124,3 +128,17 @@ def test_a_view_asks_the_owner_and_its_stop_button_leaves_the_window_running(tmp
         assert controller.view.phase == "running"  # the view goes on watching
     finally:
         controller.shutdown(timeout=60)
+
+
+def test_a_montage_says_how_far_and_where_even_after_its_run_stopped(opened):
+    controller, run = opened
+    controller.send(MakeMontage())
+    assert notices_until(controller, "refused")[-1].startswith("refused: no training episodes")
+    states, rewards, seconds = episode_poses("cartpole-balance", 30, 0)
+    keep_in_album(run.path, EpisodeReplay(states, rewards, 0, "train", 30, 1, seconds))
+    controller.send(MakeMontage(episodes=1))
+    started = notices_until(controller, "making a montage")[-1]
+    controller.send(Stop())  # the run stops; the montage goes on and still reports
+    done = notices_until(controller, "montage written", timeout=300)  # nice 10 on a busy host
+    assert done[-1].endswith(started.rpartition(": ")[2])
+    assert any("rendered" in line for line in done), "progress on the way"

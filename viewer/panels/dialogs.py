@@ -14,6 +14,7 @@ from viewer.panels import TextStyles
 from viewer.view import View
 from workers.door import (
     Checkpoint,
+    MakeMontage,
     RunSettings,
     Stop,
     cuda_available,
@@ -39,6 +40,11 @@ Ctrl+click a slider to type a value; values outside the range cannot be entered.
 Run > Start a race...: the workers split into lanes with their own knobs and
 merge pools; the race table ranks them by the return gathered per wall-second.
 "set for" above the knobs: one lane, or all; Promote lane ends the race.
+
+Run > Make a montage: 8 episodes the workers kept (the album), from early to
+late, replayed one after another into an MP4 in the run's media/ folder, each
+with its step, return and the learning curve; a race's lanes side by side.
+It renders in the background; the status line says how far and where.
 
 Add worker: a new worker starts from the merged weights at the others' step.
 Remove worker: the newest merging worker checkpoints and leaves the run; the
@@ -87,6 +93,12 @@ class DialogsPanel:
                 )
                 dpg.add_menu_item(label="Stop run", callback=self.controller.sender(Stop()))
                 dpg.add_separator()
+                dpg.add_menu_item(
+                    label="Make a montage",
+                    tag="make_montage",
+                    callback=self.controller.sender(MakeMontage()),
+                )
+                dpg.add_separator()
                 dpg.add_menu_item(label="Quit    Ctrl+Q", callback=lambda: self.quit())
             with dpg.menu(label="View"):
                 dpg.add_menu_item(
@@ -98,7 +110,7 @@ class DialogsPanel:
     def build(self) -> None:
         """The dialog windows, hidden until asked for (built outside the main window)."""
         with dpg.window(
-            label="Help", tag="help", show=False, modal=False, width=620, height=410, pos=(300, 110)
+            label="Help", tag="help", show=False, modal=False, width=620, height=500, pos=(300, 90)
         ):
             dpg.add_text(HELP)
         with dpg.window(

@@ -58,8 +58,11 @@ class CliParser(argparse.ArgumentParser):
 
 
 def _unknown_argument(parser: CliParser, token: str) -> str:
-    if token == "bench":
-        return "bench is a command of its own: launch.py bench [flags] (see launch.py bench --help)"
+    if token in ("bench", "montage"):
+        return (
+            f"{token} is a command of its own, the first argument: launch.py {token} ... "
+            f"(see launch.py {token} --help)"
+        )
     if not token.startswith("-"):
         return f"unexpected argument {token!r} (flags start with --, or write key=value)"
     flag = token.split("=", 1)[0]

@@ -6,7 +6,8 @@ read the same records, set knobs the same way and have their own showcase.
 
 The interface is split by subject: the run itself (start, pause, stop, its records) here, and
 its parts, `run.workers` (Workers: progress, add, remove, restart), `run.knobs` (knobs.py),
-`run.race` (race.py) and `run.showcase` (workers/showcase/control.py). The same requests as
+`run.race` (race.py), `run.showcase` (workers/showcase/control.py) and `run.montages`
+(workers/showcase/montage_job.py). The same requests as
 data: `run.do(command)` (commands.py), the one place the window's requests are carried out.
 """
 
@@ -32,6 +33,7 @@ from workers.rundir.records import Eval, Record
 from workers.rundir.requests import Request, RequestLog
 from workers.rundir.settings import RunSettings
 from workers.showcase.control import Showcase
+from workers.showcase.montage_job import MontageJobs
 
 
 class BaseRun(ABC):
@@ -51,6 +53,7 @@ class BaseRun(ABC):
         self._tail = RecordTail(path)
         self.race = RaceControl(self.knobs.store, cfg, lambda: self.settings, self.knobs.applied)
         self.showcase = Showcase(self._ctx, path, cfg, self._pause, self._sources)
+        self.montages = MontageJobs(self._ctx, path)  # made for a window (MakeMontage)
 
     def _sources(self) -> tuple[int, int]:
         """The workers and race lanes whose weights the showcase may play."""

@@ -183,6 +183,9 @@ def handle(run: BaseRun, command: Command) -> Outcome:
     range) and changes nothing."""
     asked = run.wording.asked  # "" for the owner; a view's requests go to the owner
     match command:
+        case MakeMontage(episodes):
+            path, shown = run.montages.start(episodes)  # refused (UserError) before it starts
+            return Outcome((f"making a montage of {shown} album episodes: {path}",))
         case SetKnobs(changes, lane):
             version = run.knobs.set(lane=lane, **changes)
             text = ", ".join(f"{k}={v}" for k, v in changes.items())
@@ -289,3 +292,12 @@ def _show_racing_weights(run: BaseRun) -> None:
     merging = [n for n in range(len(record.lanes)) if record.merges(n)]
     if merging and run.showcase.settings()["source"] == -1:
         run.showcase.choose(source=lane_source(merging[0]))
+
+
+@dataclass(frozen=True)
+class MakeMontage(Command):
+    """Render a learning montage of the run's album (workers/showcase/montage.py) into its
+    media/ folder, in a process of its own; its progress comes as `run.montages.lines()`.
+    Done where asked: it only reads the run directory."""
+
+    episodes: int = 8

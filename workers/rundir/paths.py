@@ -17,7 +17,8 @@ replays/worker-K.npz  worker K's newest episode as poses, for the viewport's rep
 album/worker-K/       worker K's episodes kept across the whole run, for the timeline (album.py)
 tb/, eval*.csv        TensorBoard's event files, the evaluations as CSV (sinks.py)
 rank-R/               a torchrun job's rank R's own files, on its machine (rank_records.py)
-media/                the window's screenshots and clips (viewer/recorder.py)
+media/                the window's screenshots and clips (viewer/recorder.py), montages
+                      (workers/showcase/montage.py)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PLAYER_LOG = "player.jsonl"
 START = "start.pt"
 REPLAYS = "replays"
 ALBUM = "album"
+MEDIA = "media"  # screenshots, clips and montages: the window's and `launch.py montage`'s
 
 
 def metrics_name(index: int | str) -> str:
