@@ -242,3 +242,18 @@ def test_then_and_now_ends_with_the_newest_episode_even_when_the_album_passed_it
     write_replay(tmp_path, pose_episode(0.2, worker=0, step=350))  # newest, not in the album
     assert [r.step for r, _ in pane_episodes(tmp_path, "then-now-2", 0)] == [100, 350]
     assert [r.step for r, _ in pane_episodes(tmp_path, "then-now-4", 0)] == [100, 200, 300, 350]
+
+
+def test_an_attached_window_finds_the_owners_album_and_pins_from_it(run):
+    # The owner's workers wrote the album; a window attached to the run reads the same files.
+    for step in (128, 256, 384):
+        keep_in_album(run.path, pose_episode(0.1, 0, step))
+    view = Run.attach(run.path)
+    from workers.showcase.episodes import source_album
+
+    assert [e.step for e in source_album(view.path, 0)] == [128, 256, 384]
+    assert view.do(PinEpisode(0, "train", 256)).notices == (
+        "viewport: worker 0's episode at step 256, looping",
+    )
+    assert view.showcase.settings()["pin"] == (0, "train", 256)
+    assert run.showcase.settings()["pin"] is None, "the view's own player, not the owner's"
