@@ -7,6 +7,7 @@ from conftest import tiny_run as tiny
 from workers.cli.flags import build_parser
 from workers.cli.new_run import config_from_args
 from workers.run.owner import Run, RunSettings
+from workers.rundir.album import worker_entries
 from workers.rundir.directory import load_state
 from workers.rundir.paths import checkpoint_path
 from workers.rundir.records import Episode, Merge, Resumed, Stop
@@ -60,9 +61,12 @@ def test_inverted_pendulum_runs_merges_checkpoints_and_resumes(tmp_path):
         assert episodes and all(e.terminated for e in episodes)  # an untrained pole falls
         assert {m.participants for m in events(run, Merge, worker)} == {(0, 1)}
         assert checkpoint_path(run.path, worker).exists()
+        album = worker_entries(run.path, worker)  # a gymnasium MuJoCo task's album: its poses
+        assert album and album[0].load().states.shape[1] == 2  # the cart and the hinge
     resumed = Run.resume(run.path, steps=320)
     resumed.start()
     resumed.workers.wait()
     for worker in (0, 1):
         assert events(resumed, Resumed, worker)[0].step == 240
         assert events(resumed, Stop, worker)[-1].step == 320
+        assert worker_entries(run.path, worker)[-1].step > 240, "the album goes on after a resume"
