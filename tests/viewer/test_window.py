@@ -13,6 +13,9 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 
+from agent.envs import make_env
+from workers.showcase.player import light_rendering
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--task", "cartpole-balance", "--model-size", "1", "--workers", "2",
@@ -103,6 +106,46 @@ def quit_with_ctrl_q(x, window: str, app: subprocess.Popen) -> None:
     assert code == 0, app.stderr.read()
 
 
+OVERLAY_ROWS = 70  # the viewport's top rows: the overlay's text on a darkened band
+LIKE = 0.06  # unlike() of a frame that shows cartpole-balance: less than this
+
+
+def task_view(task: str, height: int, width: int) -> np.ndarray:
+    """`task` at its reset pose as the showcase player renders it (camera 0, its light
+    rendering) at 300x400, scaled to height x width by nearest pixel."""
+    env = make_env(task, seed=0, render_size=(300, 400))
+    light_rendering(env)
+    env.reset(seed=0)
+    frame = env.render(camera_id=0).astype(int)
+    env.close()
+    rows = np.arange(height) * 300 // height
+    cols = np.arange(width) * 400 // width
+    return frame[rows][:, cols]
+
+
+def unlike(image: np.ndarray, reference: np.ndarray) -> float:
+    """The share of 4x4 blocks of pixels whose mean colour differs from the reference's by more
+    than 30 in some channel (blocks: a frame scaled onto the screen is compared as well).
+
+    cartpole's fixed camera does not move: its floor, rails and sky fill the frame, and the
+    cart and pole are a small part of it. Measured at 300x400: any pose of a 60-step episode
+    is within 0.03 of the reset pose; cheetah-run 0.10, acrobot-swingup 0.12, hopper-stand
+    0.12, pendulum-swingup 0.58. On the screen (2026-12-05): the viewport 0.01-0.02 unlike
+    cartpole and 0.14-0.16 unlike those three; a black frame 1.0, a uniform one 0.73."""
+    h, w = image.shape[0] // 4 * 4, image.shape[1] // 4 * 4
+
+    def blocks(a: np.ndarray) -> np.ndarray:
+        return a[:h, :w, :3].astype(float).reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3))
+
+    return float((np.abs(blocks(image) - blocks(reference)).max(axis=-1) > 30).mean())
+
+
+def viewport_of(screen_png: Path, rect: list[int]) -> np.ndarray:
+    """The viewport's pixels on a screenshot of the whole screen, less the overlay's rows."""
+    left, top, width, height = rect
+    return iio.imread(screen_png)[top + OVERLAY_ROWS : top + height, left : left + width, :3]
+
+
 def end_all(app: subprocess.Popen, server: subprocess.Popen) -> None:
     """Whatever happened: the program and the X server end with the test."""
     if app.poll() is None:
@@ -171,14 +214,20 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
             return list((run / "media").glob("screenshot-*.png"))
 
         shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P")
+        # The frame saved and the viewport on screen show this run's task, cartpole: not a
+        # blank or uniform frame, not another task's scene.
         frame = iio.imread(shot[0])
-        assert frame.shape == (300, 400, 3) and frame.std() > 5  # a rendered scene, not blank
+        assert frame.shape == (300, 400, 3)
+        cartpole = task_view("cartpole-balance", 300, 400)
+        assert unlike(task_view("acrobot-swingup", 300, 400), cartpole) > LIKE  # the measure
+        assert unlike(frame, cartpole) < LIKE, unlike(frame, cartpole)
         screen_png = tmp_path / "screen.png"
         x("import", "-display", display, "-window", "root", str(screen_png))
         screen = iio.imread(screen_png)[..., :3].astype(int)
-        left, top, width, height = rects["viewport_draw"]
-        viewport = screen[top : top + height, left : left + width]
-        assert viewport.std() > 5, "the viewport is blank"
+        viewport = viewport_of(screen_png, rects["viewport_draw"])
+        _, _, width, height = rects["viewport_draw"]
+        on_screen = task_view("cartpole-balance", height, width)[OVERLAY_ROWS:]
+        assert unlike(viewport, on_screen) < LIKE, unlike(viewport, on_screen)
         left, top, width, height = rects["plot_returns"]
         chart = screen[top : top + height, left : left + width]
         worker_0_blue = np.all(np.abs(chart - np.array([86, 156, 214])) < 30, axis=-1)
@@ -250,9 +299,21 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
         assert [row[3] for row in lanes_shown.values()] == ["1", "1"]
         assert sum(row[0] == "leads" for row in lanes_shown.values()) <= 1
         assert all(" +- " in row[8] for row in lanes_shown.values())  # a score and its spread
+        # The viewport on screen shows the race's task (cartpole) played live.
         screen_png = tmp_path / "race.png"
-        x("import", "-display", display, "-window", "root", str(screen_png))
-        assert iio.imread(screen_png).std() > 5
+        rect = json.loads(ui_map.read_text())["viewport_draw"]
+        on_screen = task_view("cartpole-balance", rect[3], rect[2])[OVERLAY_ROWS:]
+        shown: list[float] = []
+
+        def viewport_shows_cartpole() -> bool:
+            x("import", "-display", display, "-window", "root", str(screen_png))
+            shown.append(unlike(viewport_of(screen_png, rect), on_screen))
+            return shown[-1] < LIKE
+
+        try:
+            wait_for(viewport_shows_cartpole, 120, "the viewport to show cartpole")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; unlike it by {shown[-5:]}") from None
 
         # Promote lane 0 (chosen by default) with a real click.
         window = x("xdotool", "search", "--name", "TD-MPC2 Live").split()[0]
