@@ -12,9 +12,7 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
-
-from agent.envs import make_env
-from workers.showcase.player import light_rendering
+from helpers.views import LIKE, task_view, unlike
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -107,37 +105,6 @@ def quit_with_ctrl_q(x, window: str, app: subprocess.Popen) -> None:
 
 
 OVERLAY_ROWS = 70  # the viewport's top rows: the overlay's text on a darkened band
-LIKE = 0.06  # unlike() of a frame that shows cartpole-balance: less than this
-
-
-def task_view(task: str, height: int, width: int) -> np.ndarray:
-    """`task` at its reset pose as the showcase player renders it (camera 0, its light
-    rendering) at 300x400, scaled to height x width by nearest pixel."""
-    env = make_env(task, seed=0, render_size=(300, 400))
-    light_rendering(env)
-    env.reset(seed=0)
-    frame = env.render(camera_id=0).astype(int)
-    env.close()
-    rows = np.arange(height) * 300 // height
-    cols = np.arange(width) * 400 // width
-    return frame[rows][:, cols]
-
-
-def unlike(image: np.ndarray, reference: np.ndarray) -> float:
-    """The share of 4x4 blocks of pixels whose mean colour differs from the reference's by more
-    than 30 in some channel (blocks: a frame scaled onto the screen is compared as well).
-
-    cartpole's fixed camera does not move: its floor, rails and sky fill the frame, and the
-    cart and pole are a small part of it. Measured at 300x400: any pose of a 60-step episode
-    is within 0.03 of the reset pose; cheetah-run 0.10, acrobot-swingup 0.12, hopper-stand
-    0.12, pendulum-swingup 0.58. On the screen (2026-12-05): the viewport 0.01-0.02 unlike
-    cartpole and 0.14-0.16 unlike those three; a black frame 1.0, a uniform one 0.73."""
-    h, w = image.shape[0] // 4 * 4, image.shape[1] // 4 * 4
-
-    def blocks(a: np.ndarray) -> np.ndarray:
-        return a[:h, :w, :3].astype(float).reshape(h // 4, 4, w // 4, 4, 3).mean(axis=(1, 3))
-
-    return float((np.abs(blocks(image) - blocks(reference)).max(axis=-1) > 30).mean())
 
 
 def viewport_of(screen_png: Path, rect: list[int]) -> np.ndarray:
@@ -154,6 +121,9 @@ def end_all(app: subprocess.Popen, server: subprocess.Popen) -> None:
 
 
 def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp_path):
+    """launch.py's window under Xvfb, driven with real X input: training, a slider typed into,
+    Ctrl+P and screen grabs showing cartpole, the overlay and motion of a replay, Ctrl+Q and
+    checkpoints. Only the real window shows what reaches the screen and what real keys do."""
     run = tmp_path / "run"
     ui_map, stats = tmp_path / "ui.json", tmp_path / "stats.json"
     server, display = start_xvfb()
@@ -261,6 +231,9 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
 
 
 def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
+    """The window under Xvfb shows a race of two lanes in its table and its viewport playing the
+    task; a real click on Promote ends the race and reaches the control worker. Only the real
+    window shows the table drawn and the click routed."""
     run = tmp_path / "run"
     ui_map = tmp_path / "ui.json"
     server, display = start_xvfb()
