@@ -384,7 +384,7 @@ def test_bench_merge_json():
 
 def test_help_shows_defaults_examples_and_bench():
     """--help of the headless entry, the window's (the same text) and bench's: only the processes
-    show each entry routed to its parser and the help printed without a display or a traceback."""
+    show each entry routed to its parser, exit 0, the help alone on stdout."""
     result = launch("--headless", "--help")
     assert result.returncode == 0, result.stderr
     text = result.stdout
