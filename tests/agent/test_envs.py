@@ -83,6 +83,9 @@ def test_vector_env_resets_finished_envs_and_keeps_final_obs():
 def test_a_started_step_finishes_as_a_plain_step(asynchronous):
     # The trainer starts the envs' step, updates meanwhile, then finishes it: the same
     # transition as a plain step, whichever kind of vector env it is.
+    """The trainer's started-then-finished step gives the transition of a plain step, for an
+    in-process vector env and one stepped in subprocesses: only the subprocess case shows the
+    step's result crossing back from the env processes."""
     started = make_vector_env("cartpole-balance", 2, seed=3, asynchronous=asynchronous)
     plain = make_vector_env("cartpole-balance", 2, seed=3, asynchronous=False)
     action = np.array([[0.5], [-0.5]], np.float32)

@@ -19,6 +19,9 @@ TINY = (
 
 
 def test_pack_against_processes_reports_each_pack_size(capsys):
+    """A pack of K in one spawned process against K lone spawned processes, over 2 rounds: only
+    real processes show the timings and each side's list of skipped CUDA graphs coming back from
+    them."""
     argv = ["bench", "--pack", "1,2", "--repeats", "2", "--warmup", "1", "--threads", "1"]
     assert main([*argv, "--rounds", "2", "--json", *TINY]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -41,6 +44,8 @@ def test_pack_against_processes_reports_each_pack_size(capsys):
 
 
 def test_packs_alone_are_compared_with_one_worker(capsys):
+    """--pack-only: each pack timed in its own spawned process and compared with one worker; only
+    a real run of the processes shows the pack side works without the lone side."""
     argv = ["bench", "--pack", "1,2", "--pack-only", "--repeats", "2", "--warmup", "1"]
     assert main([*argv, "--threads", "1", *TINY]) == 0
     out = capsys.readouterr().out

@@ -58,13 +58,16 @@ def assert_clean_error(result, *words):
     ],
 )
 def test_bad_input_gives_one_clear_error(args, words, tmp_path):
+    """Only launch.py run as a process shows what a user's terminal gets for bad input: exit code
+    2 and one `error:` line on stderr, no traceback, nothing else printed at import."""
     result = launch("--headless", *args, "--run-dir", str(tmp_path / "run"))
     assert_clean_error(result, *words)
 
 
 def test_a_users_env_module_that_raises_at_import_is_one_line(tmp_path):
-    """Found from the folder the program starts in; its error (a RuntimeError, not an
-    ImportError) is named in one line."""
+    """A user's env module is found from the folder the program starts in, and its error at
+    import (a RuntimeError, not an ImportError) is named in one line: only a process started in
+    that folder shows the import path and stderr."""
     result = launch(
         "--headless",
         "--task",
@@ -93,6 +96,8 @@ def test_a_users_env_module_that_raises_at_import_is_one_line(tmp_path):
     ],
 )
 def test_a_bad_lane_is_one_clear_error_and_writes_nothing(lanes, words, tmp_path):
+    """Bad --lane values: exit 2 and one line, and no run directory left behind: only the program
+    run as a process shows that its start-up checks come before its first write."""
     flags = [f"--lane={lane}" for lane in lanes]
     result = launch("--headless", *TINY, "--workers", "2", *flags, "--run-dir", str(tmp_path / "r"))
     assert_clean_error(result, *words)
@@ -100,8 +105,9 @@ def test_a_bad_lane_is_one_clear_error_and_writes_nothing(lanes, words, tmp_path
 
 
 def test_the_merging_experiment_is_one_command_whose_lanes_give_the_workers(tmp_path):
-    """--lane workers=2 --lane workers=1,merge=off, no --workers: a run of 3 workers, lanes of
-    2 and 1, the second never merging; --control-worker is the same lane in short."""
+    """--lane workers=2 --lane workers=1,merge=off without --workers: 3 workers in lanes of 2 and
+    1, the second never merging (--control-worker in short). Only a whole headless run shows the
+    workers spawned and the race printed at its end."""
     lanes = ["--lane=workers=2", "--lane=workers=1,merge=off"]
     run = tmp_path / "r"
     result = launch("--headless", *TINY, *lanes, "--steps", "60", "--run-dir", str(run))
@@ -120,6 +126,9 @@ def test_the_merging_experiment_is_one_command_whose_lanes_give_the_workers(tmp_
 
 @pytest.mark.parametrize("lane", ["iterations=1", "workers=1,merge=off"])
 def test_a_torchrun_job_refuses_lanes(lane, tmp_path):
+    """A torchrun rank (RANK and WORLD_SIZE in its environment) refuses --lane in one line and
+    writes nothing: only a process started with torchrun's environment takes that path of
+    launch.py."""
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "RANK": "0", "WORLD_SIZE": "1"}
     result = subprocess.run(
         [sys.executable, str(ROOT / "launch.py"), "--headless", *TINY, f"--lane={lane}"],
@@ -134,6 +143,8 @@ def test_a_torchrun_job_refuses_lanes(lane, tmp_path):
 
 
 def test_unwritable_run_dir(tmp_path):
+    """A run directory under a file: one line, exit 2. Only a real process shows the OS error of
+    the first write reaching the user as that line, not a traceback."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
     result = launch("--headless", *TINY, "--steps", "10", "--run-dir", str(blocker / "run"))
@@ -141,9 +152,9 @@ def test_unwritable_run_dir(tmp_path):
 
 
 def test_headless_run_is_a_run_of_one_worker(tmp_path):
-    """Without --workers a headless run is a run like any other, of one worker: it writes the
-    run record, checkpoints, resumes, refuses to overwrite itself, and its weights start a
-    new run (--load); bad weights are refused before anything is written."""
+    """Without --workers a headless run is a run of one worker: records, checkpoints, resume
+    (self-check again), no overwrite, its weights start a new run, bad weights refused before a
+    write. Only real starts of the program show what a user sees across them."""
     run = tmp_path / "run"
     result = launch("--headless", *TINY, "--steps", "150", "--run-dir", str(run))
     assert result.returncode == 0, result.stderr
@@ -221,6 +232,9 @@ def test_headless_run_is_a_run_of_one_worker(tmp_path):
 
 
 def test_bench_json_has_the_promised_fields():
+    """`bench --json` prints one JSON object with every promised field on a clean stdout: only
+    the command run as a process shows no log line mixed into it and --threads reaching the timed
+    process."""
     result = launch(
         "bench", "--json", *TINY[:-1], "--repeats", "2", "--warmup", "1", "--threads", "1"
     )
@@ -242,6 +256,9 @@ def test_bench_json_has_the_promised_fields():
 
 def test_window_refuses_bad_input_before_it_opens(tmp_path, monkeypatch):
     # A display that does not exist: bad input must be reported before anything touches it.
+    """The window's entry with a display that does not exist: bad input is one line, exit 2,
+    before the display is touched. Only a process with that DISPLAY shows the order of the checks
+    at start-up."""
     monkeypatch.setenv("DISPLAY", ":987")
     assert_clean_error(launch("--task", "walker-sprint"), "walker-walk")
     assert_clean_error(launch("--attach", str(tmp_path / "nothing")), "run directory")
@@ -284,6 +301,9 @@ def resume_and_stop(run, sig):
 
 
 def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
+    """SIGINT to the whole process group, as Ctrl+C in a terminal: exit 130, no traceback from
+    the program or its 2 spawned workers, both checkpoints, a resume within a merge interval.
+    Only real signals to real processes show this."""
     run = tmp_path / "run"
     proc = start("--headless", *TWO_WORKERS, "--run-dir", str(run))
     assert wait_for(lambda: (run / "merge" / "merged.pt").exists(), 180)
@@ -298,6 +318,9 @@ def test_headless_workers_stop_on_ctrl_c_and_resume(tmp_path):
 
 
 def test_attached_window_pauses_and_stops_a_headless_run(tmp_path):
+    """A second process (as --attach does) pauses, resumes and stops a headless run through its
+    run directory: only two separate processes show the requests crossing over and the owner
+    exiting 0 with both checkpoints."""
     from workers.run.owner import Run
 
     run = tmp_path / "run"
@@ -321,6 +344,9 @@ def test_attached_window_pauses_and_stops_a_headless_run(tmp_path):
 
 
 def test_kill_9_of_the_whole_program_then_resume(tmp_path):
+    """SIGKILL to the whole process group (no handler runs): every record line left is whole JSON
+    and a resume starts from the last checkpoint. Only a real kill -9 shows what a crash leaves
+    on disk."""
     run = tmp_path / "run"
     proc = start("--headless", *TWO_WORKERS, "--checkpoint-every", "150", "--run-dir", str(run))
     checkpoints = [run / "checkpoints" / f"worker-{w}.pt" for w in (0, 1)]
@@ -336,12 +362,17 @@ def test_kill_9_of_the_whole_program_then_resume(tmp_path):
 
 
 def test_bad_worker_count_and_resume_dir(tmp_path):
+    """--workers 0 and --resume of a directory without a run, headless: exit 2 and one line. The
+    checks are unit-tested (tests/workers/test_run.py); only the process shows the exit code and
+    stderr of the headless entry."""
     bad = launch("--headless", *TINY, "--workers", "0", "--run-dir", str(tmp_path / "a"))
     assert_clean_error(bad, "workers must be at least 1")
     assert_clean_error(launch("--headless", "--resume", str(tmp_path / "x")), "not a multi-worker")
 
 
 def test_bench_merge_json():
+    """`bench --merge 3 --json`: only the command run as a process shows the merge benchmark's
+    JSON alone on stdout with the fields it promises."""
     result = launch("bench", "--json", *TINY[:-1], "--merge", "3", "--repeats", "2")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -352,6 +383,8 @@ def test_bench_merge_json():
 
 
 def test_help_shows_defaults_examples_and_bench():
+    """--help of the headless entry, the window's (the same text) and bench's: only the processes
+    show each entry routed to its parser, exit 0, the help alone on stdout."""
     result = launch("--headless", "--help")
     assert result.returncode == 0, result.stderr
     text = result.stdout
@@ -388,6 +421,9 @@ def test_help_shows_defaults_examples_and_bench():
     ],
 )
 def test_mistyped_flags_and_keys_get_one_line(args, words):
+    """Typos reaching each entry (headless, window, bench): only launch.py as a process shows
+    each entry hands its argv to a parser that answers in one line with exit 2
+    (test_parser_refuses_in_one_line tests the parser in-process)."""
     assert_clean_error(launch(*args), *words)
 
 
@@ -457,6 +493,8 @@ def test_key_value_arguments_are_the_same_flags():
 
 
 def test_console_script_runs_the_same_program():
+    """The installed `tdmpc2-live` script (where .venv has it): only running it shows the entry
+    point wired to launch:console_main, with the same help and one-line errors."""
     from importlib.metadata import entry_points
 
     (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "tdmpc2-live"]

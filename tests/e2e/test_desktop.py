@@ -80,6 +80,9 @@ def test_applications_folder_follows_xdg(tmp_path):
 
 
 def test_install_run_and_uninstall_the_desktop_entry(tmp_path, monkeypatch):
+    """The entry's own Exec command, run as a desktop runs it (in Path, no bootstrap bypass,
+    under xvfb-run), trains a tiny headless run; then the entry is removed. Only running that
+    command shows it starts the program on the installed packages."""
     env = user_env(tmp_path)
     installed = launch("--install-desktop", env=env)
     entry_path = tmp_path / "data" / "applications" / "tdmpc2-live.desktop"
@@ -129,6 +132,9 @@ def test_install_run_and_uninstall_the_desktop_entry(tmp_path, monkeypatch):
 
 
 def test_install_desktop_refuses_other_arguments_and_unwritable_folders(tmp_path):
+    """--install-desktop with other flags, or under an unwritable XDG_DATA_HOME: exit 2 and one
+    line. Only launch.py as a process shows the flag routed before the parser and the OS error as
+    that line."""
     env = user_env(tmp_path)
     mixed = launch("--headless", "--install-desktop", env=env)
     assert mixed.returncode == 2 and mixed.stderr.startswith("error: --install-desktop takes")

@@ -68,6 +68,9 @@ def python_ctrl_c():
 
 @pytest.mark.parametrize("thread", ["main", "other"])
 def test_children_start_with_ctrl_c_ignored(thread, python_ctrl_c):
+    """A child spawned inside children_ignore_ctrl_c(), from the main thread or another (the
+    window's), starts with SIGINT ignored and this process's handler is restored: only a real
+    spawned child can report its disposition at its start."""
     ignored = mp.get_context("spawn").Value("i", -1)
     started = []
 
@@ -118,6 +121,9 @@ def test_merge_wait_ends_when_a_stop_is_asked_for(tmp_path):
 
 
 def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
+    """Worker 1 frozen by SIGSTOP, worker 0 waiting for it in a merge: a stop still reaches
+    worker 0, which checkpoints and exits while worker 1 lives. Only real worker processes show
+    the stop crossing into a blocked merge wait."""
     settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=3600)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
@@ -149,9 +155,9 @@ def test_a_worker_waiting_in_a_merge_checkpoints_and_exits_on_stop(tmp_path):
     [("sigterm", 0), ("ctrl_c", 130)],
 )
 def test_a_stopped_headless_run_keeps_what_it_wrote(tmp_path, how, exit_code):
-    """SIGTERM to the program (a service manager, a scheduler) ends it with 0; Ctrl+C in a
-    terminal (SIGINT to the whole process group) with 130, as shells expect. Either way the
-    worker writes its stop record, a checkpoint and its weights."""
+    """SIGTERM (a service manager) ends the program with 0, Ctrl+C to the whole group with 130,
+    as shells expect; either way the worker writes its stop record, a checkpoint and its weights.
+    Only real signals to launch.py and its worker show this."""
     run = tmp_path / "run"
     proc = launch("--headless", *TINY, "--quiet", "--run-dir", str(run))
     assert wait_for(lambda: has_record(run / "worker-0.jsonl", "train"), 180)
@@ -179,6 +185,9 @@ def wait_for(predicate, timeout: float) -> bool:
 
 
 def test_ctrl_c_as_workers_start_then_sigterm_leave_no_traceback(tmp_path):
+    """Ctrl+C while the 2 spawned workers still import torch, then SIGTERM to the resumed run:
+    only real children interrupted mid-start show whether any prints a traceback or a
+    KeyboardInterrupt."""
     run = tmp_path / "run"
     proc = launch(
         "--headless", *TINY, "--workers", "2", "--merge-every", "50", "--run-dir", str(run)
@@ -232,6 +241,8 @@ except KeyboardInterrupt:
 
 def test_ctrl_c_leaves_no_traceback_from_the_showcase_player(tmp_path):
     # The window's process does what this script does: Ctrl+C reaches its whole group.
+    """Only a real SIGINT to the process group shows whether the showcase player process prints a
+    traceback while its owner stops the run."""
     script = PLAYER_SCRIPT.format(root=str(ROOT), path=str(tmp_path / "run"))
     proc = start_program(sys.executable, "-c", textwrap.dedent(script), stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "playing"
@@ -244,6 +255,9 @@ def test_ctrl_c_leaves_no_traceback_from_the_showcase_player(tmp_path):
 @pytest.mark.parametrize("window", [False, True])
 def test_bad_threads_get_one_line(tmp_path, window, monkeypatch):
     # The window checks its flags before it looks for a display (this one does not exist).
+    """--threads 0 and cores+1, headless and the window's entry (no display): one line naming the
+    cores this process may use (its affinity), exit 2, nothing written; only launch.py as a
+    process shows the check comes before the display."""
     monkeypatch.setenv("DISPLAY", ":987")
     cores = len(os.sched_getaffinity(0))
     mode = [] if window else ["--headless"]

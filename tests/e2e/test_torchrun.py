@@ -48,6 +48,9 @@ def finished_job(ranks: int, run: Path, *args: str) -> str:
 
 
 def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_path):
+    """3 ranks started by torchrun merge over gloo on loopback; rank 0's directory gets every
+    worker's records whole and a watcher attaches to it. Only real ranks show the merge rounds
+    across processes and the records copied between folders."""
     run = tmp_path / "run"
     err = finished_job(3, run, "--workers=3", "--steps=200")
     assert "finished at step 200, mean last eval return" in err
@@ -76,6 +79,8 @@ def test_three_ranks_merge_into_one_run_directory_a_window_can_attach_to(tmp_pat
 
 
 def test_each_rank_trains_its_share_as_a_pack(tmp_path):
+    """--workers=4 on 2 torchrun ranks: each rank a pack of 2 that weighs as 2 workers in the
+    all-reduce. Only real ranks show the split of workers and the rounds taken together."""
     run = tmp_path / "run"
     assert "4 workers on 2 ranks (2 each)" in finished_job(2, run, "--workers=4", "--steps=100")
     watcher = Run.attach(run)
@@ -89,6 +94,9 @@ def test_each_rank_trains_its_share_as_a_pack(tmp_path):
 
 
 def test_a_knob_set_in_rank_0s_directory_reaches_every_rank_at_one_merge_round(tmp_path):
+    """A knob set in rank 0's directory is applied by every rank at the same merge round, and
+    SIGTERM to the launcher stops every rank with a checkpoint. Only real ranks show the knob
+    travelling with the all-reduce."""
     run = tmp_path / "run"
     command = torchrun(2, "--workers=2", "--steps=100000", f"--run-dir={run}")
     job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
@@ -137,6 +145,9 @@ def rank_pid(launcher: int, rank: int) -> int | None:
 
 
 def test_a_rank_killed_mid_run_is_restarted_and_the_job_goes_on_from_the_checkpoints(tmp_path):
+    """A rank killed by SIGKILL mid-run is restarted by torchrun (--max-restarts) and the job
+    goes on from the ranks' checkpoints, no round recorded twice. Only a real kill under torchrun
+    shows the restart and the rounds lining up again."""
     run = tmp_path / "run"
     flags = ["--workers=3", "--steps=600", "--checkpoint-every=100", f"--run-dir={run}"]
     command = torchrun(3, *flags, restarts=1)
@@ -184,6 +195,8 @@ def rank_env(rank: int, world: int, port: int) -> dict:
 
 
 def test_a_rank_that_cannot_reach_the_rendezvous_stops_with_one_line(tmp_path):
+    """A rank whose rendezvous nobody answers stops in one line with exit 2 and writes nothing:
+    only a real process waiting on a real TCP store shows the timeout turned into that line."""
     env = {**rank_env(1, 2, free_port()), "TDMPC2_LIVE_RENDEZVOUS_S": "3"}  # nobody listens
     command = [sys.executable, str(ROOT / "launch.py"), "--headless", *FLAGS, "--workers=2"]
     done = subprocess.run(
@@ -210,6 +223,9 @@ def test_a_rank_that_cannot_reach_the_rendezvous_stops_with_one_line(tmp_path):
     ],
 )
 def test_ranks_that_do_not_fit_together_stop_with_one_line(tmp_path, flags, words):
+    """Two ranks with flags that do not fit together both stop at start-up with one line, exit 2,
+    nothing written: only two real processes meeting at the rendezvous compare each other's
+    flags."""
     port, started = free_port(), time.monotonic()
     run_dir = f"--run-dir={tmp_path / 'run'}"
     procs = [

@@ -274,6 +274,9 @@ def test_axis_limits_fit_the_run_not_the_long_published_curve():
 
 
 def test_window_without_a_display_is_one_clear_error(tmp_path):
+    """The window's entry with neither DISPLAY nor WAYLAND_DISPLAY: exit 2, `no display`, no
+    traceback, nothing written. Only launch.py as a process without a display shows what Dear
+    PyGui's start leaves on stderr."""
     env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1"}
     env.pop("DISPLAY", None)
     env.pop("WAYLAND_DISPLAY", None)

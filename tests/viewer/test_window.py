@@ -12,6 +12,7 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
+from helpers.views import LIKE, task_view, unlike
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -103,6 +104,15 @@ def quit_with_ctrl_q(x, window: str, app: subprocess.Popen) -> None:
     assert code == 0, app.stderr.read()
 
 
+OVERLAY_ROWS = 70  # the viewport's top rows: the overlay's text on a darkened band
+
+
+def viewport_of(screen_png: Path, rect: list[int]) -> np.ndarray:
+    """The viewport's pixels on a screenshot of the whole screen, less the overlay's rows."""
+    left, top, width, height = rect
+    return iio.imread(screen_png)[top + OVERLAY_ROWS : top + height, left : left + width, :3]
+
+
 def end_all(app: subprocess.Popen, server: subprocess.Popen) -> None:
     """Whatever happened: the program and the X server end with the test."""
     if app.poll() is None:
@@ -111,6 +121,9 @@ def end_all(app: subprocess.Popen, server: subprocess.Popen) -> None:
 
 
 def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp_path):
+    """launch.py's window under Xvfb, driven with real X input: training, a slider typed into,
+    Ctrl+P and screen grabs showing cartpole, the overlay and motion of a replay, Ctrl+Q and
+    checkpoints. Only the real window shows what reaches the screen and what real keys do."""
     run = tmp_path / "run"
     ui_map, stats = tmp_path / "ui.json", tmp_path / "stats.json"
     server, display = start_xvfb()
@@ -171,14 +184,20 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
             return list((run / "media").glob("screenshot-*.png"))
 
         shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P")
+        # The frame saved and the viewport on screen show this run's task, cartpole: not a
+        # blank or uniform frame, not another task's scene.
         frame = iio.imread(shot[0])
-        assert frame.shape == (300, 400, 3) and frame.std() > 5  # a rendered scene, not blank
+        assert frame.shape == (300, 400, 3)
+        cartpole = task_view("cartpole-balance", 300, 400)
+        assert unlike(task_view("acrobot-swingup", 300, 400), cartpole) > LIKE  # the measure
+        assert unlike(frame, cartpole) < LIKE, unlike(frame, cartpole)
         screen_png = tmp_path / "screen.png"
         x("import", "-display", display, "-window", "root", str(screen_png))
         screen = iio.imread(screen_png)[..., :3].astype(int)
-        left, top, width, height = rects["viewport_draw"]
-        viewport = screen[top : top + height, left : left + width]
-        assert viewport.std() > 5, "the viewport is blank"
+        viewport = viewport_of(screen_png, rects["viewport_draw"])
+        _, _, width, height = rects["viewport_draw"]
+        on_screen = task_view("cartpole-balance", height, width)[OVERLAY_ROWS:]
+        assert unlike(viewport, on_screen) < LIKE, unlike(viewport, on_screen)
         left, top, width, height = rects["plot_returns"]
         chart = screen[top : top + height, left : left + width]
         worker_0_blue = np.all(np.abs(chart - np.array([86, 156, 214])) < 30, axis=-1)
@@ -220,6 +239,9 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
 
 
 def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
+    """The window under Xvfb shows a race of two lanes in its table and its viewport playing the
+    task; a real click on Promote ends the race and reaches the control worker. Only the real
+    window shows the table drawn and the click routed."""
     run = tmp_path / "run"
     ui_map = tmp_path / "ui.json"
     server, display = start_xvfb()
@@ -258,9 +280,23 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
         assert [row[3] for row in lanes_shown.values()] == ["1", "1"]
         assert sum(row[0] == "leads" for row in lanes_shown.values()) <= 1
         assert all(" +- " in row[8] for row in lanes_shown.values())  # a score and its spread
+        # The viewport on screen shows the race's task (cartpole) played live. The player
+        # runs at nice 19: on a loaded machine its first frame can take minutes.
         screen_png = tmp_path / "race.png"
-        x("import", "-display", display, "-window", "root", str(screen_png))
-        assert iio.imread(screen_png).std() > 5
+        rect = json.loads(ui_map.read_text())["viewport_draw"]
+        on_screen = task_view("cartpole-balance", rect[3], rect[2])[OVERLAY_ROWS:]
+        shown: list[float] = []
+
+        def viewport_shows_cartpole() -> bool:
+            x("import", "-display", display, "-window", "root", str(screen_png))
+            shown.append(unlike(viewport_of(screen_png, rect), on_screen))
+            return shown[-1] < LIKE
+
+        try:
+            wait_for(viewport_shows_cartpole, 300, "the viewport to show cartpole")
+        except AssertionError as error:
+            overlay = json.loads(ui_map.read_text())["texts"]["overlay"]  # empty: no frame yet
+            raise AssertionError(f"{error}; unlike it by {shown[-5:]}; overlay {overlay}") from None
 
         # Promote lane 0 (chosen by default) with a real click.
         window = x("xdotool", "search", "--name", "TD-MPC2 Live").split()[0]

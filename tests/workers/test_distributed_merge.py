@@ -62,6 +62,9 @@ def run_ranks(broken: int, pack: bool = True) -> dict:
 
 
 def test_three_ranks_of_one_worker_merge_to_the_mean_of_the_three():
+    """Three ranks in spawned processes, one gloo group on loopback: each gets the mean of the
+    three. Only real processes in a process group run the collective (the file merge's averaging
+    has in-process tests)."""
     found = run_ranks(broken=-1, pack=False)
     expected = average_states([state_of(0), state_of(1), state_of(2)])
     for result in found.values():
@@ -71,6 +74,9 @@ def test_three_ranks_of_one_worker_merge_to_the_mean_of_the_three():
 
 
 def test_a_pack_on_one_rank_weighs_as_many_workers_as_it_holds():
+    """A pack of 2 on rank 0 weighs as 2 workers in the all-reduce, integer tensors stay
+    unaveraged, the lone workers' distances are known everywhere: only real ranks carry the
+    members' counts across the group."""
     found = run_ranks(broken=-1)
     # Workers 0 and 1 in rank 0's pack, 2 and 3 alone: each worker weighs the same.
     states = [state_of(0), state_of(10), state_of(1), state_of(2)]
@@ -88,6 +94,8 @@ def test_a_pack_on_one_rank_weighs_as_many_workers_as_it_holds():
 
 
 def test_a_rank_with_weights_that_are_not_finite_is_left_out_and_takes_the_mean():
+    """A rank with weights that are not finite is left out of the mean and takes it: only real
+    ranks show every rank agreeing on who was left out."""
     found = run_ranks(broken=1)
     expected = average_states([state_of(0), state_of(10), state_of(2)])
     for result in found.values():

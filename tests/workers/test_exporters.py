@@ -147,6 +147,9 @@ def test_records_without_curves_export_nothing():
 
 
 def test_workers_write_one_tensorboard_dir_and_eval_csv_each(tmp_path):
+    """Two spawned workers of a real run each write their own TensorBoard folder and eval CSV,
+    point for point with their JSONL records: only the worker processes show each exporter opened
+    and flushed where its worker runs."""
     settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
@@ -191,6 +194,9 @@ def launch(*args: str, env_extra: dict | None = None) -> subprocess.CompletedPro
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]])
 def test_wandb_without_the_package_is_refused_before_training(tmp_path, workers):
     # Whether or not wandb is installed here: a module of that name that fails to import.
+    """--wandb where the wandb module fails to import (a stub on PYTHONPATH), one worker and two:
+    one line, exit 2, nothing written. Only launch.py as a process with that PYTHONPATH shows the
+    package checked before the run directory."""
     stub = tmp_path / "stub"
     stub.mkdir()
     (stub / "wandb.py").write_text("raise ImportError('No module named wandb')\n")
@@ -215,6 +221,8 @@ def test_wandb_without_the_package_is_refused_before_training(tmp_path, workers)
 
 
 def test_no_tensorboard_flag_of_the_headless_command(tmp_path):
+    """--no-tensorboard through the headless command: no tb folder, the eval CSV still written.
+    Only a real headless run shows the flag reaching the worker process."""
     small = ["--task", "cartpole-balance", "--model-size", "1", "--device", "cpu", "--quiet"]
     planning = ["--num-samples", "16", "--num-elites", "4", "--num-pi-trajs", "2"]
     short = ["--episode-length", "50", "--seed-steps", "100", "--eval-episodes", "1"]
@@ -227,6 +235,9 @@ def test_no_tensorboard_flag_of_the_headless_command(tmp_path):
 
 
 def test_a_race_keeps_its_lanes_apart_in_tensorboard_and_the_eval_csvs(tmp_path):
+    """A race of two lanes: each spawned worker writes under its lane's TensorBoard folder and
+    eval CSV with its lane's knob values. Only real worker processes show each one knowing its
+    lane when it opens its exporters."""
     settings = RunSettings(workers=2, merge_every=100, checkpoint_every=10_000)
     lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(150), settings, lanes=lanes)

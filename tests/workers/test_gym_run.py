@@ -18,6 +18,9 @@ SLIDE = "helpers.slide_env:Slide-v0"
 def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_path):
     # A short rail: an untrained policy falls off it in most episodes (on the default rail of
     # 1, a run of 300 steps may see no fall at all).
+    """A user's env (`module:EnvId`) trains in two merging spawned workers; its terminations
+    reach the episodes and the checkpointed buffer. Only worker processes show the user's module
+    imported by a fresh interpreter."""
     cfg = tiny(
         300,
         task=SLIDE,
@@ -46,6 +49,9 @@ def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_pat
 
 
 def test_inverted_pendulum_runs_merges_checkpoints_and_resumes(tmp_path):
+    """A gymnasium MuJoCo task through two merging worker processes, their checkpoints and a
+    resume: only real workers show gymnasium's env made, stepped and resumed in spawned
+    processes."""
     args = build_parser().parse_args(
         [f for f in TINY_FLAGS if not f.startswith(("--task", "--episode-length"))]
         + ["--task=InvertedPendulum-v5", "--steps=240", "--seed-steps=60"]

@@ -188,6 +188,9 @@ def test_a_joining_worker_stays_out_of_the_mean_and_takes_the_others(tmp_path):
 
 # end to end ------------------------------------------------------------------------------------
 def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
+    """Four spawned workers in two lanes merge only within their lane, take a knob set for one
+    lane, and after a promotion merge as one pool. Only real workers show the lanes kept apart
+    through merge rounds under real timing (the rounds are unit-tested above)."""
     settings = RunSettings(workers=4, merge_every=30, merge_timeout_s=30)
     lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(420), settings, lanes=lanes)
@@ -218,6 +221,9 @@ def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
 
 
 def test_lanes_survive_resume_and_attach_and_a_killed_worker_restarts_into_its_lane(tmp_path):
+    """Lanes survive a SIGKILL of a worker (restarted into its lane, from its own checkpointed
+    buffer), an attach and a resume. Only a real killed process shows the monitor's restart
+    finding its lane again."""
     settings = RunSettings(workers=2, merge_every=30, checkpoint_every=60, max_restarts=1)
     lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
     run = Run.create(tmp_path / "run", tiny(400), settings, lanes=lanes)
@@ -241,6 +247,8 @@ def test_lanes_survive_resume_and_attach_and_a_killed_worker_restarts_into_its_l
 
 
 def test_an_added_worker_stays_out_of_the_mean_until_it_has_updated(tmp_path):
+    """A worker process added to a running run is left out of the mean until it has updated, then
+    joins: only a worker started mid-run shows it catching up with the others' rounds."""
     settings = RunSettings(workers=1, merge_every=15, merge_timeout_s=20)
     run = Run.create(tmp_path / "run", tiny(500, episode_length=60), settings)
     run.start()
@@ -267,6 +275,8 @@ def test_the_showcase_finds_a_lanes_merged_weights_and_a_racing_workers_own(tmp_
 
 
 def test_a_running_run_splits_into_lanes_from_its_merged_weights(tmp_path):
+    """A running 2-worker run splits into two lanes from its merged weights, and neither merges
+    with the other after: only real workers show the split reaching both between rounds."""
     settings = RunSettings(workers=2, merge_every=30, merge_timeout_s=30)
     run = Run.create(tmp_path / "run", tiny(360), settings)
     run.start()
@@ -336,8 +346,9 @@ def test_a_merging_lane_races_a_lane_that_never_merges_and_promotes_its_weights(
 
 
 def test_a_knob_record_whose_lanes_do_not_fit_the_run_is_refused_by_every_worker(tmp_path):
-    """A hand-edited record that would mix two lanes' workers (and names a worker the run does
-    not have): every worker refuses it, and the lanes go on merging apart."""
+    """A hand-edited knob record that would mix two lanes' workers (and names a worker the run
+    lacks): every worker refuses it and the lanes go on merging apart. Only worker processes
+    reading the file themselves show each one refusing it."""
     settings = RunSettings(workers=4, merge_every=30, merge_timeout_s=120)
     run = Run.create(tmp_path / "run", tiny(100_000), settings, lanes=[Lane(), Lane()])
     run.start()
@@ -362,8 +373,9 @@ def test_a_knob_record_whose_lanes_do_not_fit_the_run_is_refused_by_every_worker
 
 
 def test_a_killed_worker_of_a_lane_that_never_merges_restarts_from_its_own_weights(tmp_path):
-    """Its lane has no merged weights: it goes on from the weights it published at its last
-    round, at that round's step (not from scratch, not from another lane's)."""
+    """Killed by SIGKILL, a worker of a lane that never merges goes on from the weights it
+    published at its last round (not from scratch, not another lane's): only a real kill and the
+    monitor's restart show it."""
     settings = RunSettings(workers=2, merge_every=30, max_restarts=1)
     lanes = [Lane(size=1), Lane(size=1, merges=False)]
     run = Run.create(tmp_path / "run", tiny(100_000), settings, lanes=lanes)

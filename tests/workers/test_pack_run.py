@@ -24,6 +24,9 @@ from workers.training.trainer import Trainer
 def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_path):
     # Workers 0 and 1 in a pack, worker 2 in its own process: the pack's mean goes through
     # the file merge weighing two workers.
+    """A pack of 2 in one process and a lone worker in another merge through the files weighing 3
+    workers, apply a knob at one step, and resume as a pack. Only real processes show two workers
+    sharing a process yet each writing its own records and checkpoint."""
     settings = RunSettings(workers=3, pack=2, merge_every=100, merge_timeout_s=60)
     run = Run.create(tmp_path / "run", tiny(400), settings)
     assert run.settings.packs == [[0, 1], [2]]
@@ -60,6 +63,9 @@ def test_pack_and_a_lone_worker_merge_apply_knobs_at_one_step_and_resume(tmp_pat
 def test_a_pack_merges_on_the_device_and_publishes_the_mean(tmp_path):
     # The run's last agent step (200) is a merge round: both workers end on the merged
     # weights, which merge/merged.pt holds too (for the showcase and workers added later).
+    """A pack of 2 alone in one worker process merges on the device and publishes
+    merge/merged.pt, both ending on the last round's mean: only a real run shows the published
+    file equal to the weights each worker saved."""
     settings = RunSettings(workers=2, pack=2, merge_every=100, checkpoint_every=10**6)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
@@ -102,6 +108,9 @@ def test_bad_pack_input_is_one_line_and_writes_nothing(tmp_path, capsys):
 
 
 def test_the_control_worker_can_be_a_pack_member_the_mean_skips(tmp_path):
+    """A pack of 3 whose third member is the control worker: the mean skips it through every
+    round and its saved weights stay its own. Only a real run of the pack's process shows the
+    skip in what is saved."""
     settings = RunSettings(workers=3, control_worker=True, pack=3, merge_every=100)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     assert run.settings.packs == [[0, 1, 2]] and run.settings.control_index == 2

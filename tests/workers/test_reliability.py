@@ -48,6 +48,9 @@ def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, m
     # Without the monitor, the survivor waited the whole merge timeout for the dead worker at
     # every merge; the timeout here is long enough that such a wait shows in merge_ms. A longer
     # back-off than the default leaves the survivor time to merge alone before the restart.
+    """A worker process killed by SIGKILL: the monitor notices at once, the survivor merges alone
+    without waiting out the timeout, and the worker restarts from the merged weights and merges
+    again. Only a real SIGKILL shows the death noticed through the process."""
     monkeypatch.setattr(workers.run.owner, "RESTART_BACKOFF_S", 8.0)
     settings = RunSettings(workers=2, merge_every=100, merge_timeout_s=30, max_restarts=2)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
@@ -88,6 +91,8 @@ def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, m
 
 
 def test_worker_that_keeps_dying_is_left_out_for_good(tmp_path):
+    """A worker killed again after its one restart is left out for good while the survivor goes
+    on: only real kills show the monitor counting deaths of processes and giving up."""
     settings = RunSettings(workers=2, merge_every=100, merge_timeout_s=30, max_restarts=1)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
 
@@ -118,6 +123,9 @@ def test_resume_with_damaged_knob_records_keeps_the_last_applied_values(tmp_path
     # The run starts with merge_every 50 but runs with 100 (knob version 1). Knob record and
     # history both damaged: only the workers' checkpoints know 100 (before, a resumed worker
     # took 2500 from the code and stopped merging).
+    """With both knob files damaged, a resumed run's workers go on with the values their
+    checkpoints hold, and say so once: only workers resumed from real checkpoints show the values
+    they carried across the restart."""
     settings = RunSettings(workers=2, merge_every=50, merge_timeout_s=120)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     assert run.knobs.set(merge_every=100, horizon=2) == 1
@@ -247,6 +255,9 @@ def test_checkpoint_keeps_the_previous_until_the_new_one_is_complete(tmp_path):
 
 
 def test_resume_from_a_truncated_checkpoint_uses_the_previous_one(tmp_path):
+    """A checkpoint cut in half after a real run: the resumed worker process falls back to the
+    previous checkpoint and says so. Only a worker resuming from the files its run wrote shows
+    the fallback chosen at start-up."""
     settings = RunSettings(workers=1, checkpoint_every=150)
     run = Run.create(tmp_path / "run", tiny(200), settings)
     run.start()
@@ -331,6 +342,9 @@ def test_resume_writes_a_damaged_members_record_again(tmp_path):
 
 
 def test_a_run_directory_moved_away_mid_run_stops_the_workers(tmp_path):
+    """The run directory renamed under running workers: both exit with code 3, nothing is made
+    where it was, the owner says so once. Only real worker processes writing into a vanished
+    directory show this."""
     settings = RunSettings(workers=2, merge_every=50)
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
@@ -405,6 +419,9 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_pauses_training_until_space_is_freed(small_disk):
+    """A real small tmpfs filled under a running worker (needs root, else skipped): training
+    pauses with whole lines and checkpoint kept, and goes on by itself when space is freed. Only
+    a real full disk shows every write path of the process holding."""
     settings = RunSettings(workers=1, merge_every=50, checkpoint_every=50, tensorboard=False)
     run = Run.create(small_disk / "run", tiny(100_000), settings)
     run.start()

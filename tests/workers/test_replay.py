@@ -161,7 +161,16 @@ def test_a_replay_draws_each_frame_at_its_moment_of_the_episode(tmp_path):
         assert step == min(40, int((at - started) / 0.02 + 1e-9))  # the pose of that moment
         assert np.array_equal(frame, truth[step])
         assert ret == pytest.approx(sum(rewards[:step]), abs=1e-4)
-        assert info["replay"] == 1 and info["replay_worker"] == 1 and info["pace"] == 1.0
+        assert info["replay"] == 1 and info["replay_worker"] == 1
+    # The pace, measured from the frames played (the last pose, held, left out): the agent
+    # steps shown advance by one per 0.02 s of the clock, 1x within one step; the pace each
+    # frame reports is that measured figure, within one step over the span.
+    moving = [(at, step, info["pace"]) for at, step, _, _, info in written if step < 40]
+    (t0, s0, _), (t1, s1, _) = moving[0], moving[-1]
+    assert t1 - t0 >= 0.5 and abs((s1 - s0) - (t1 - t0) / 0.02) <= 1, (t1 - t0, s1 - s0)
+    measured = (s1 - s0) * 0.02 / (t1 - t0)
+    for _, _, pace in moving:
+        assert pace == pytest.approx(measured, abs=0.02 / (t1 - t0)), (pace, measured)
     gaps = np.diff([at for at, *_ in written])
     assert gaps.min() >= 0.1 - 1e-9  # the frame-rate cap, never more frames than asked
     assert written[-1][1] == 40  # the last pose is shown
