@@ -16,7 +16,7 @@ import numpy as np
 # rest reserved so fields can be added without changing the layout of those before them; the
 # last slot is the reader's: the sequence of the frame it took last.
 HEADER = 48
-PANE_FIELDS = ("worker", "kind", "step", "return", "lane")  # per pane; kind as `replay` below
+PANE_FIELDS = ("worker", "replay", "step", "return", "lane")  # per pane; "replay" coded as below
 MAX_PANES = 4
 INFO = (
     "episode",
