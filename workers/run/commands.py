@@ -133,8 +133,7 @@ class ResetShowcase(Command):
 
 @dataclass(frozen=True)
 class PinEpisode(Command):
-    """Replay the album episode of `worker` (None: unpin, the newest again), `kind` ("train"
-    or "eval") ending at agent step `step`, looping (Showcase.pin)."""
+    """Loop the album episode of `worker`, `kind`, `step` (None: the newest again; Showcase.pin)."""
 
     worker: int | None = None
     kind: str = "train"
@@ -296,8 +295,6 @@ def _show_racing_weights(run: BaseRun) -> None:
 
 @dataclass(frozen=True)
 class MakeMontage(Command):
-    """Render a learning montage of the run's album (workers/showcase/montage.py) into its
-    media/ folder, in a process of its own; its progress comes as `run.montages.lines()`.
-    Done where asked: it only reads the run directory."""
+    """A montage of the album into media/, in a process here (run.montages; showcase/montage.py)."""
 
     episodes: int = 8
