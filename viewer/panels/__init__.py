@@ -23,18 +23,19 @@ class Panel(Protocol):
         """Show a new view (called on the GUI thread only when the view changed)."""
 
 
-def data_table(tag: str, labels: tuple[str, ...], weights: tuple[float, ...] = ()) -> None:
+def data_table(tag: str, labels: tuple[str, ...], fit: bool = False) -> None:
     """A table of rows of numbers: a header row, stripes, columns labelled `labels` (more can
-    be added with parent=tag), their widths in proportion to `weights` (default: even)."""
+    be added with parent=tag), sharing the width evenly or (`fit`) each as wide as its
+    longest cell, the last ones cut off at the right when the window is too narrow."""
     with dpg.table(
         tag=tag,
         header_row=True,
-        policy=dpg.mvTable_SizingStretchProp,
+        policy=dpg.mvTable_SizingFixedFit if fit else dpg.mvTable_SizingStretchProp,
         row_background=True,
         borders_innerH=True,
     ):
-        for label, weight in zip(labels, weights or (1.0,) * len(labels)):
-            dpg.add_table_column(label=label, init_width_or_weight=weight)
+        for label in labels:
+            dpg.add_table_column(label=label)
 
 
 class TextStyles:

@@ -28,8 +28,6 @@ from workers.door import (
 )
 
 COLUMNS = ("", "lane", "knobs", "workers", "steps", "steps/s", "return", "eval (n)", "score")
-# Width in proportion: the knobs that differ ("merge_every=1000") need the most room.
-WEIGHTS = (0.5, 0.5, 2.4, 0.8, 0.7, 0.8, 0.8, 0.9, 1.2)
 THRESHOLDS = 3  # the race table's threshold columns (workers/run/race_table.py FRACTIONS)
 
 
@@ -52,14 +50,9 @@ class RacePanel:
                 self.styles.bind("race_title", "accent")
                 dpg.add_text("", tag="race_sharing", wrap=0)
                 self.styles.bind("race_sharing", "muted")
-            data_table("race_table", COLUMNS, WEIGHTS)
+            data_table("race_table", COLUMNS, fit=True)  # the knobs and score whole
             for n in range(THRESHOLDS):
-                dpg.add_table_column(
-                    label="",
-                    tag=f"race_threshold_{n}",
-                    parent="race_table",
-                    init_width_or_weight=1.0,
-                )
+                dpg.add_table_column(label="", tag=f"race_threshold_{n}", parent="race_table")
             with dpg.group(horizontal=True):
                 dpg.add_combo([], tag="promote_lane", width=90)
                 dpg.add_button(label="Promote lane", tag="promote", callback=self._promote)
