@@ -11,6 +11,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 from conftest import tiny_run
+from helpers.clock import FakeClock
 
 from agent.envs import make_env
 from workers.rundir.directory import RunDir
@@ -25,17 +26,6 @@ from workers.showcase.frames import FrameBuffer
 from workers.showcase.player import Player, PlayerSpec, ShowcaseControls, light_rendering
 from workers.showcase.replay import Playhead, newest_episode, use_replay
 from workers.training.trainer import Trainer
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def episode(worker: int = 0, kind: str = "train", length: int = 50, step: int = 500):

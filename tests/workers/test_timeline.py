@@ -9,6 +9,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 from conftest import tiny_run
+from helpers.clock import FakeClock
 
 from agent.envs import make_env
 from agent.errors import ConfigError, UserError
@@ -27,17 +28,6 @@ from workers.showcase.frames import FrameBuffer, PaneInfo, pane_infos
 from workers.showcase.player import Player, PlayerSpec, ShowcaseControls, light_rendering
 
 H, W = 48, 64
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class TakenFrames:
