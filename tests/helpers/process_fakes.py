@@ -6,6 +6,7 @@ the links a run hands its workers, and a worker process that a test ends by hand
 from __future__ import annotations
 
 import dataclasses
+import socket
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -112,13 +113,38 @@ def link(spec: WorkerSpec, state: str = "starting") -> WorkerLink:
 
 
 class FakeProcess:
-    """A worker's process as the monitor sees it: alive until the test ends it."""
+    """A worker's process as the monitor sees it: alive until the test ends it. Its `sentinel`
+    (what the monitor thread waits on) is ready once it ended, as a real process's is; it is
+    made on first use, and `close_all()` closes every one made (after a test)."""
+
+    made: list[FakeProcess] = []
 
     def __init__(self, pid: int):
         self.pid, self.exitcode = pid, None
+        self._sentinel: socket.socket | None = None
+        self._ender: socket.socket | None = None
 
     def is_alive(self) -> bool:
         return self.exitcode is None
 
     def end(self, exitcode: int) -> None:
         self.exitcode = exitcode
+        if self._ender is not None:
+            self._ender.close()  # the sentinel reads the end of the stream: ready
+
+    @property
+    def sentinel(self) -> socket.socket:
+        if self._sentinel is None:
+            self._sentinel, self._ender = socket.socketpair()
+            FakeProcess.made.append(self)
+            if not self.is_alive():
+                self._ender.close()
+        return self._sentinel
+
+    @classmethod
+    def close_all(cls) -> None:
+        while cls.made:
+            made = cls.made.pop()
+            for end in (made._sentinel, made._ender):
+                if end is not None:
+                    end.close()
