@@ -26,6 +26,7 @@ import torch
 from agent.config import Config, knobs_of, with_knobs
 from agent.cpu.bf16 import cpu_bf16, native_bf16
 from agent.errors import ConfigError
+from agent.knobs import KnobValues, knobs
 from agent.losses import policy_loss, world_model_loss
 from agent.math import TwoHot
 from agent.noise import PackNoise
@@ -183,23 +184,21 @@ class TDMPC2(PackState):
     def knobs(self) -> dict[str, float]:
         return knobs_of(self.cfg)
 
-    def set_knobs(self, **knobs: float) -> None:
-        """Change live knobs (validated as a whole; on error nothing changes)."""
-        self.cfg = with_knobs(self.cfg, **knobs)
+    def set_knobs(self, values: KnobValues | None = None, **changes: float) -> None:
+        """Change live knobs; on error nothing changes. Keywords are checked here; a run's
+        KnobValues were checked where they entered it and are taken as they are (their agent
+        layer: the merge frequency is the worker's). The config checks across fields either way."""
+        if values is not None:
+            mine = {name: v for name, v in values.items() if name in knobs("agent")}
+            self.cfg = dataclasses.replace(self.cfg, **mine)
+        if changes:
+            self.cfg = with_knobs(self.cfg, **changes)
 
     def plan_knobs(self) -> PlanKnobs:
-        c = self.cfg
-        return PlanKnobs(
-            horizon=c.horizon,
-            iterations=c.resolved_iterations(self.action_dim),
-            num_samples=c.num_samples,
-            num_elites=c.num_elites,
-            num_pi_trajs=c.num_pi_trajs,
-            temperature=c.temperature,
-            min_std=c.min_std,
-            max_std=c.max_std,
-            gamma=c.gamma,
-        )
+        """The planner's values, each the config's field of the same name (so a planner knob
+        is a table row, a Config field and a PlanKnobs field); iterations as resolved."""
+        values = {f.name: getattr(self.cfg, f.name) for f in dataclasses.fields(PlanKnobs)}
+        return PlanKnobs(**{**values, "iterations": self.cfg.resolved_iterations(self.action_dim)})
 
     # acting ------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:

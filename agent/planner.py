@@ -14,6 +14,9 @@ from agent.world_model import WorldModel
 
 @dataclass(frozen=True)
 class PlanKnobs:
+    """What one plan runs with: each field is the Config's of the same name
+    (TDMPC2.plan_knobs), iterations as resolved for the action space."""
+
     horizon: int
     iterations: int
     num_samples: int

@@ -1,7 +1,8 @@
 """The house plan (ARCHITECTURE.md) held by the code itself: rooms import only downward, workers/
 sub-packages only the ones ARCHITECTURE.md lets them, the viewer enters workers/ by one door, no
 folder outgrows a screen of names, a long module says why, no class offers more than 20 public
-methods, and the run's merge-frequency default is written once."""
+methods, the run's merge-frequency default is written once, and the knob path that
+ARCHITECTURE.md draws is the code's."""
 
 import ast
 import re
@@ -215,3 +216,36 @@ def test_the_merge_frequency_default_is_written_once():
         if re.search(rf"(?<![\w.]){default}(?![\w.])", line.split("#")[0])
     ]
     assert len(places) == 1 and places[0].startswith("workers/rundir/settings.py:"), places
+
+
+def calls_made(name: str) -> list[set[str]]:
+    """For each definition of `name` ("Class.method" or a function) in agent/, workers/ and
+    viewer/: the names it calls (`f(...)`, `x.f(...)`: f)."""
+    owner, _, function = name.rpartition(".")
+    found = []
+    for path in modules():
+        tree = ast.parse(path.read_text())
+        scopes = [tree] if not owner else []
+        scopes += [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner]
+        for scope in scopes:
+            for node in scope.body:
+                if isinstance(node, ast.FunctionDef) and node.name == function:
+                    called = {
+                        c.func.attr if isinstance(c.func, ast.Attribute) else c.func.id
+                        for c in ast.walk(node)
+                        if isinstance(c, ast.Call) and isinstance(c.func, (ast.Attribute, ast.Name))
+                    }
+                    found.append(called)
+    return found
+
+
+def test_the_knob_path_in_architecture_md_is_the_code_s():
+    """ARCHITECTURE.md's knob path, call by call: each caller it names exists and makes the
+    call it names, and the path from the slider to the planner is at most 8 calls."""
+    text = (ROOT / "ARCHITECTURE.md").read_text().split("## A knob")[1].split("\n## ")[0]
+    path = re.findall(r"^\d+\. `([\w.]+)`[^`]*-> `([\w.]+)`", text, flags=re.M)
+    assert path and path[-1][1] == "plan" and len(path) <= 8, path
+    for caller, callee in path:
+        made = calls_made(caller)
+        assert made, f"ARCHITECTURE.md names {caller}, which the code does not define"
+        assert any(callee.rpartition(".")[2] in names for names in made), (caller, callee)

@@ -4,6 +4,7 @@ from conftest import random_batch
 
 from agent.agent import TDMPC2
 from agent.errors import ConfigError, WeightsError
+from agent.knobs import KnobValues
 from agent.math import TwoHot
 from agent.planner import plan
 
@@ -108,6 +109,26 @@ def test_bad_knob_is_refused_and_nothing_changes(tiny_cfg):
     before = agent.knobs
     with pytest.raises(ConfigError, match="iterations"):
         agent.set_knobs(horizon=4, iterations=0)
+    assert agent.knobs == before
+
+
+def test_a_runs_checked_values_are_taken_as_they_are_and_reach_the_planner(tiny_cfg):
+    """A worker hands its agent the KnobValues its run checked: the agent's layer is taken (the
+    merge frequency is the worker's), the config still checks across fields, and every field
+    of the plan is the config's of the same name."""
+    agent = TDMPC2(tiny_cfg, OBS, ACT)
+    agent.set_knobs(KnobValues({"horizon": 2, "num_samples": 40, "merge_every": 77}))
+    knobs = agent.plan_knobs()
+    assert (knobs.horizon, knobs.num_samples) == (2, 40)
+    assert "merge_every" not in agent.knobs
+    for name, value in vars(knobs).items():
+        wanted = (
+            agent.cfg.resolved_iterations(ACT) if name == "iterations" else getattr(agent.cfg, name)
+        )
+        assert value == wanted, name
+    before = agent.knobs
+    with pytest.raises(ConfigError, match="num_elites"):
+        agent.set_knobs(KnobValues({"num_elites": 64}))  # over the 40 samples
     assert agent.knobs == before
 
 

@@ -44,9 +44,9 @@ def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
 def validate_record(
     cfg: Config, record: KnobRecord, layout: Callable[[KnobRecord], None] | None = None
 ) -> KnobRecord:
-    """The record with its values and every lane's validated (ConfigError if any is not);
-    `layout` checks that its lanes fit the run (lanes.py check_layout, with the run's
-    workers)."""
+    """The record with its values and every lane's validated (ConfigError if any is not), as
+    KnobValues (which a worker hands to its agent as they are); `layout` checks that its
+    lanes fit the run (lanes.py check_layout, with the run's workers)."""
     if len(record.lane_values) != len(record.lanes):
         raise ConfigError("the knob record's lanes and their values do not match", "lanes")
     if any(not 0 <= n < len(record.lanes) for n in record.solo_lanes):
@@ -55,8 +55,8 @@ def validate_record(
         layout(record)
     return dataclasses.replace(
         record,
-        values=dict(validate_knobs(cfg, record.values)),
-        lane_values=tuple(dict(validate_knobs(cfg, v)) for v in record.lane_values),
+        values=validate_knobs(cfg, record.values),
+        lane_values=tuple(validate_knobs(cfg, v) for v in record.lane_values),
     )
 
 
@@ -320,8 +320,3 @@ class KnobStore:
         self._seen = seen
         record = self.read_record()
         return record if record.version > seen_version else None
-
-
-def agent_knobs(values: Mapping[str, object]) -> dict:
-    """The knobs the agent applies itself (the others are the worker's)."""
-    return {k: v for k, v in values.items() if k in knobs("agent")}

@@ -10,7 +10,7 @@ import numbers
 import time
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar, Union
@@ -181,6 +181,6 @@ def _plain(value: object) -> object:
         return None
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or KnobValues
         return {k: _plain(v) for k, v in value.items()}
     return value

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.errors import ConfigError, UserError
 from workers.rundir.directory import save_checkpoint, state_bytes
-from workers.rundir.knob_record import KnobStore, agent_knobs, run_knobs, validate_record
+from workers.rundir.knob_record import KnobStore, run_knobs, validate_record
 from workers.rundir.lanes import check_layout
 from workers.rundir.paths import checkpoint_path
 from workers.rundir.rank_records import forward_records
@@ -156,7 +156,7 @@ class WorkerHooks:
             self.knob_version = version
             return
         values = record.values_for(self.spec.index)
-        self.trainer.agent.set_knobs(**agent_knobs(values))
+        self.trainer.agent.set_knobs(values)  # checked: the agent takes them as they are
         merge_every = int(values.get("merge_every", self.merge_every))
         if merge_every != self.merge_every:
             # Rounds are counted in the new unit from here on, the same way by every worker.
