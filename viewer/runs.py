@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 from workers.door import (
     BaseRun,
     Run,
     check_run_flags,
+    read_record,
     resume_from_args,
     window_run_from_args,
 )
@@ -24,17 +26,21 @@ def initial_run(args: argparse.Namespace) -> Callable[[], BaseRun]:
     """What creates the run the window opens on, from launch.py's flags. The flags are checked
     now; the run directory is written only when the returned callable is called."""
     if args.attach:
-        Run.attach(args.attach)  # checks the directory; reads only
-        return lambda: Run.attach(args.attach)
+        return attach_run(args.attach)
     if args.resume:
         check_run_flags(args)
+        read_record(Path(args.resume))  # a run's record, or a UserError now; reads only
         return lambda: resume_from_args(args)
     return window_run_from_args(args).create
 
 
 def resume_run(path: str) -> Callable[[], BaseRun]:
+    """Resume the run in `path` (the directory picker): checked now, so that a directory that
+    is no run is refused before the window stops the run it shows."""
+    read_record(Path(path))
     return lambda: Run.resume(path)
 
 
 def attach_run(path: str) -> Callable[[], BaseRun]:
+    Run.attach(path)  # checks the directory; reads only
     return lambda: Run.attach(path)

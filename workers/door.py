@@ -79,7 +79,7 @@ from workers.rundir.records import (
     Train,
 )
 from workers.rundir.requests import served_notice
-from workers.rundir.settings import RunSettings
+from workers.rundir.settings import RunSettings, read_record
 from workers.showcase.episodes import LAYOUTS, nearest_entry, pane_boxes, source_album
 from workers.showcase.frames import PaneInfo, pane_infos
 from workers.showcase.replay import MODES
@@ -90,6 +90,7 @@ __all__ = [
     "BaseRun",
     "Run",
     "RunSettings",
+    "read_record",
     "OWNED",
     "Wording",
     "served_notice",

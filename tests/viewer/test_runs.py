@@ -4,9 +4,8 @@ Namespace viewer/main.py hands initial_run. Bad flags fail at once with one User
 write nothing; good flags give a callable that writes the run directory only when called (the
 run it returns is not started: no process is spawned); --attach of a missing or not-a-run
 directory fails at once, and of a run reads it only; --resume goes on with the run it names,
-and the picker's resume_run and attach_run give the run they name. Where a missing run is
-refused only when the callable is called, a strict xfail holds the module's promise to check
-at once (see its reason)."""
+and the picker's resume_run and attach_run give the run they name. A missing run is
+refused at once, before the window would stop the run it shows for it."""
 
 from pathlib import Path
 
@@ -165,14 +164,6 @@ def test_a_missing_run_is_refused_by_the_time_it_is_opened_and_nothing_is_made(t
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="viewer/runs.py promises every function checks its input at once, but --resume "
-    "(initial_run) checks only its flags, and resume_run and attach_run check nothing: a "
-    "missing run is refused only when the callable is called, after Controller._open stopped "
-    "the run the window showed",
-)
 @pytest.mark.parametrize("how", ["--resume", "resume_run", "attach_run"])
 def test_a_missing_run_is_refused_at_once(tmp_path, how):
     try:

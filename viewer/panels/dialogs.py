@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import dearpygui.dearpygui as dpg
 
+from agent.errors import UserError
 from agent.knobs import knobs
 from viewer.controller import Controller
 from viewer.panels import TextStyles
@@ -223,4 +224,9 @@ class DialogsPanel:
 
         path = app_data.get("file_path_name", "")
         purpose = dpg.get_item_user_data("dir_dialog")
-        self.controller.open((attach_run if purpose == "attach" else resume_run)(path))
+        try:
+            make = (attach_run if purpose == "attach" else resume_run)(path)
+        except UserError as err:  # no run there: refused, and the run shown goes on
+            self.controller.notices.put(f"refused: {err}")
+            return
+        self.controller.open(make)
