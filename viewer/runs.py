@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
 from workers.door import (
     BaseRun,
     Run,
     check_run_flags,
-    read_record,
+    resumable,
     resume_from_args,
     window_run_from_args,
 )
@@ -29,15 +28,15 @@ def initial_run(args: argparse.Namespace) -> Callable[[], BaseRun]:
         return attach_run(args.attach)
     if args.resume:
         check_run_flags(args)
-        read_record(Path(args.resume))  # a run's record, or a UserError now; reads only
+        resumable(args.resume)  # or a UserError now; reads only
         return lambda: resume_from_args(args)
     return window_run_from_args(args).create
 
 
 def resume_run(path: str) -> Callable[[], BaseRun]:
-    """Resume the run in `path` (the directory picker): checked now, so that a directory that
-    is no run is refused before the window stops the run it shows."""
-    read_record(Path(path))
+    """Resume the run in `path` (the directory picker): checked now, so that a directory this
+    process cannot resume is refused before the window stops the run it shows."""
+    resumable(path)
     return lambda: Run.resume(path)
 
 

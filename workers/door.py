@@ -55,7 +55,7 @@ from workers.run.commands import (
     StartRace,
     Stop,
 )
-from workers.run.owner import Run
+from workers.run.owner import Run, resumable
 from workers.run.race import MAX_LANES, check_race, sharing
 from workers.run.race_table import LaneRow, RaceTable, RaceTracker
 from workers.run.race_text import level_text, reached_text, row_cells, summary_lines
@@ -79,7 +79,7 @@ from workers.rundir.records import (
     Train,
 )
 from workers.rundir.requests import served_notice
-from workers.rundir.settings import RunSettings, read_record
+from workers.rundir.settings import RunSettings
 from workers.showcase.episodes import LAYOUTS, nearest_entry, pane_boxes, source_album
 from workers.showcase.frames import PaneInfo, pane_infos
 from workers.showcase.replay import MODES
@@ -90,7 +90,7 @@ __all__ = [
     "BaseRun",
     "Run",
     "RunSettings",
-    "read_record",
+    "resumable",
     "OWNED",
     "Wording",
     "served_notice",

@@ -4,8 +4,8 @@ Namespace viewer/main.py hands initial_run. Bad flags fail at once with one User
 write nothing; good flags give a callable that writes the run directory only when called (the
 run it returns is not started: no process is spawned); --attach of a missing or not-a-run
 directory fails at once, and of a run reads it only; --resume goes on with the run it names,
-and the picker's resume_run and attach_run give the run they name. A missing run is
-refused at once, before the window would stop the run it shows for it."""
+and the picker's resume_run and attach_run give the run they name. A missing run (or, to resume,
+a torchrun job's) is refused at once, before the window would stop the run it shows for it."""
 
 from pathlib import Path
 
@@ -166,8 +166,16 @@ def test_a_missing_run_is_refused_by_the_time_it_is_opened_and_nothing_is_made(t
 
 @pytest.mark.parametrize("how", ["--resume", "resume_run", "attach_run"])
 def test_a_missing_run_is_refused_at_once(tmp_path, how):
-    try:
+    with pytest.raises(UserError, match="is not a multi-worker run directory"):
         make_missing(how, tmp_path / "gone")
-    except UserError:
-        return
-    raise AssertionError(f"{how} of a missing run gave a callable")
+
+
+@pytest.mark.parametrize("how", ["--resume", "resume_run"])
+def test_a_torchrun_jobs_run_is_refused_at_once_and_left_as_it_was(tmp_path, how):
+    """Only the same torchrun line resumes a job's run: the window refuses it before it would
+    stop the run it shows, and writes nothing into it."""
+    path = make_run(tmp_path / "job", tiny_config(), RunSettings(workers=2, ranks=2))
+    before = files(path)
+    with pytest.raises(UserError, match="torchrun job's run \\(2 ranks"):
+        make_missing(how, path)
+    assert files(path) == before

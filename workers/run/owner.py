@@ -49,9 +49,32 @@ from workers.rundir.settings import (
 from workers.rundir.sinks import require_wandb
 
 # Callers import these from here (their rooms are named above).
-__all__ = ["AttachedRun", "BaseRun", "Run", "RunSettings", "default_pack", "gpu_count"]
+__all__ = [
+    "AttachedRun",
+    "BaseRun",
+    "Run",
+    "RunSettings",
+    "default_pack",
+    "gpu_count",
+    "resumable",
+]
 
 RESTART_BACKOFF_S = 2.0  # before the first automatic restart of a crashed worker; doubles
+
+
+def resumable(path: str | Path) -> tuple[Config, RunSettings]:
+    """The record of the run in `path` if this process can resume it, else a UserError (no run
+    there, a torchrun job's run, W&B logs without wandb installed). Reads only."""
+    path = Path(path)
+    cfg, settings = read_record(path)
+    if settings.ranks:
+        raise UserError(
+            f"{path} is a torchrun job's run ({settings.ranks} ranks, their files in "
+            "rank-R/ on each machine): resume it with the same torchrun line and --resume"
+        )
+    if settings.wandb:  # the run keeps the logs it started with
+        require_wandb()
+    return cfg, settings
 
 
 class Run(BaseRun):
@@ -118,14 +141,7 @@ class Run(BaseRun):
     def resume(cls, path: str | Path, steps: int | None = None) -> Run:
         """Continue a stopped run from its checkpoints; `steps` raises its total agent steps."""
         path = Path(path)
-        cfg, settings = read_record(path)
-        if settings.ranks:
-            raise UserError(
-                f"{path} is a torchrun job's run ({settings.ranks} ranks, their files in "
-                "rank-R/ on each machine): resume it with the same torchrun line and --resume"
-            )
-        if settings.wandb:  # the run keeps the logs it started with
-            require_wandb()
+        cfg, settings = resumable(path)
         if steps is not None:
             cfg = dataclasses.replace(cfg, steps=steps)
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
