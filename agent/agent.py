@@ -188,11 +188,11 @@ class TDMPC2(PackState):
         """Change live knobs; on error nothing changes. Keywords are checked here; a run's
         KnobValues were checked where they entered it and are taken as they are (their agent
         layer: the merge frequency is the worker's). The config checks across fields either way."""
+        cfg = self.cfg
         if values is not None:
             mine = {name: v for name, v in values.items() if name in knobs("agent")}
-            self.cfg = dataclasses.replace(self.cfg, **mine)
-        if changes:
-            self.cfg = with_knobs(self.cfg, **changes)
+            cfg = dataclasses.replace(cfg, **mine)
+        self.cfg = with_knobs(cfg, **changes) if changes else cfg
 
     def plan_knobs(self) -> PlanKnobs:
         """The planner's values, each the config's field of the same name (so a planner knob

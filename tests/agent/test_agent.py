@@ -130,6 +130,9 @@ def test_a_runs_checked_values_are_taken_as_they_are_and_reach_the_planner(tiny_
     with pytest.raises(ConfigError, match="num_elites"):
         agent.set_knobs(KnobValues({"num_elites": 64}))  # over the 40 samples
     assert agent.knobs == before
+    with pytest.raises(ConfigError, match="iterations"):  # the values taken only with the rest
+        agent.set_knobs(KnobValues({"horizon": 4}), iterations=0)
+    assert agent.knobs == before
 
 
 def test_state_dict_round_trip_and_mismatch(tiny_cfg):
