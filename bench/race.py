@@ -16,7 +16,7 @@ from viewer.model import RunModel
 from workers.door import KnobsApplied, Lane, Run, RunSettings
 
 # race_history reads a finished run's files, which no run API offers.
-from workers.run.race_text import race_of
+from workers.race.text import race_of
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.settings import read_record
 

@@ -19,8 +19,9 @@ WORKERS = {
     "merging": {"rundir"},
     "training": {"host", "rundir", "merging"},
     "showcase": {"host", "rundir"},
-    "run": {"host", "rundir", "merging", "training", "showcase"},
-    "cli": {"host", "rundir", "merging", "training", "showcase", "run"},
+    "race": {"host", "rundir", "merging"},
+    "run": {"host", "rundir", "merging", "training", "showcase", "race"},
+    "cli": {"host", "rundir", "merging", "training", "showcase", "race", "run"},
 }
 DOOR = "workers.door"  # the window's one way into workers/ (it may import every sub-package)
 # What bench/ takes from the door where it drives whole runs: the run API and the new run.

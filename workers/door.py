@@ -33,6 +33,9 @@ from workers.cli.presets import (
 )
 from workers.host.precision import describe_precision
 from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
+from workers.race.control import MAX_LANES, check_race, sharing
+from workers.race.table import LaneRow, RaceTable, RaceTracker
+from workers.race.text import level_text, reached_text, row_cells, summary_lines
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -56,9 +59,6 @@ from workers.run.commands import (
     Stop,
 )
 from workers.run.owner import Run, resumable
-from workers.run.race import MAX_LANES, check_race, sharing
-from workers.run.race_table import LaneRow, RaceTable, RaceTracker
-from workers.run.race_text import level_text, reached_text, row_cells, summary_lines
 from workers.run.wording import OWNED, Wording
 from workers.rundir.album import AlbumEntry
 from workers.rundir.lanes import Lane, describe_lane, parse_lane

@@ -14,8 +14,8 @@ from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError
 from workers.merging.files import FileMergeBackend, write_members
+from workers.race.table import RaceTracker
 from workers.run.owner import Run, RunSettings
-from workers.run.race_table import RaceTracker
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import Lane, check_layout, deal_lanes, describe_lane, parse_lane
 from workers.rundir.records import KnobsApplied, KnobsRefused, Merge, StartedFromMerged

@@ -1,11 +1,11 @@
-"""The race's rules without processes (workers/run/race.py): which workers each lane gets, the
+"""The race's rules without processes (workers/race/control.py): which workers each lane gets, the
 runs that cannot race and why, and the line that says how lanes share the machine."""
 
 import pytest
 
 from agent.config import Config
 from agent.errors import ConfigError
-from workers.run.race import check_race, sharing
+from workers.race.control import check_race, sharing
 from workers.rundir.lanes import CONTROL, Lane
 from workers.rundir.records import KnobRecord
 from workers.rundir.settings import RunSettings

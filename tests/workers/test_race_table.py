@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from workers.run.race_table import Gain, RaceTracker
-from workers.run.race_text import race_of, race_text
+from workers.race.table import Gain, RaceTracker
+from workers.race.text import race_of, race_text
 from workers.rundir.records import (
     Checkpoint,
     Episode,

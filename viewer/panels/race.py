@@ -3,7 +3,7 @@ and steps/s per worker, the smoothed return now, the latest evaluation, the scor
 spread, and for each threshold the training time and agent steps per worker a lane needed, with
 a merging lane's gain over a lane that never merges), the verdict and what the numbers mean,
 the promote action, and the dialog that starts a race from a running run.
-The table comes ranked in the view (workers/run/race_table.py); nothing here computes it.
+The table comes ranked in the view (workers/race/table.py); nothing here computes it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from workers.door import (
 )
 
 COLUMNS = ("", "lane", "knobs", "workers", "steps", "steps/s", "return", "eval (n)", "score")
-THRESHOLDS = 3  # the race table's threshold columns (workers/run/race_table.py FRACTIONS)
+THRESHOLDS = 3  # the race table's threshold columns (workers/race/table.py FRACTIONS)
 
 
 class RacePanel:

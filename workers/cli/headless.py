@@ -86,7 +86,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
 
 def _print_race(run, say: Callable[[str], None]) -> None:
     """The race table, when the run races."""
-    from workers.run.race_text import race_of
+    from workers.race.text import race_of
 
     seeds = run.cfg.resolved_seed_steps
     table = race_of(run.path, run.race.record(), run.workers.progress(), run.cfg.task, seeds)

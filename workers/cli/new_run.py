@@ -15,8 +15,8 @@ from agent.config import Config
 from agent.errors import ConfigError, UserError
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING, build_parser
 from workers.cli.presets import CPU_PLANNING, Preset, demo_preset, preset_config
+from workers.race.control import check_race
 from workers.run.owner import Run
-from workers.run.race import check_race
 from workers.run.start_weights import read_start_weights
 from workers.rundir.lanes import CONTROL, Lane, parse_lane, workers_for
 from workers.rundir.settings import RunSettings

@@ -6,9 +6,8 @@ read the same records, set knobs the same way and have their own showcase.
 
 The interface is split by subject: the run itself (start, pause, stop, its records) here, and
 its parts, `run.workers` (Workers: progress, add, remove, restart), `run.knobs` (knobs.py),
-`run.race` (race.py), `run.showcase` (workers/showcase/control.py) and `run.montages`
-(workers/showcase/montage_job.py). The same requests as
-data: `run.do(command)` (commands.py), the one place the window's requests are carried out.
+`run.race` (workers/race/control.py), `run.showcase` (workers/showcase/control.py) and
+`run.montages` (workers/showcase/montage_job.py). The same requests as data: `run.do(command)` (commands.py), the one place the window's requests are carried out.
 """
 
 from __future__ import annotations
@@ -21,9 +20,9 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.errors import UserError
+from workers.race.control import RaceControl
 from workers.run.commands import handle
 from workers.run.knobs import RunKnobs
-from workers.run.race import RaceControl
 from workers.run.tail import RecordTail, tail_records
 from workers.run.wording import OWNED, Wording
 from workers.rundir.knob_record import KnobStore

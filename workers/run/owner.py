@@ -26,12 +26,12 @@ from agent.config import Config
 from agent.envs import check_task
 from agent.errors import UserError
 from workers.merging.files import write_members
+from workers.race.control import check_race
 from workers.run.attached import AttachedRun
 from workers.run.base import BaseRun
 from workers.run.commands import from_request
 from workers.run.monitor import WorkerMonitor
 from workers.run.processes import WorkerProcesses
-from workers.run.race import check_race
 from workers.run.start_weights import read_start_weights, write_start_weights
 from workers.rundir.directory import RunDir
 from workers.rundir.knob_record import KnobStore, run_knobs

@@ -1,5 +1,5 @@
 """The race table: one row per lane, ranked by how soon and how much each lane learned per second
-of training whatever the reward's sign or scale (race_scores.py), how sure it is, and the merge
+of training whatever the reward's sign or scale (scores.py), how sure it is, and the merge
 gain over a lane that never merges. From the workers' records, so that the window, the command
 line and a run read later rank a race the same way. No GUI: the window draws the rows."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.run.race_scores import SMOOTH, LaneEpisodes, race_clock, training_spans
+from workers.race.scores import SMOOTH, LaneEpisodes, race_clock, training_spans
 from workers.rundir.records import (
     Crashed,
     Episode,

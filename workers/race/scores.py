@@ -1,6 +1,6 @@
 """A lane's score in a race, and how sure it is: its smoothed training return normalised
 between the race's starting level (0) and the top (1), averaged over the race's training time,
-in the episodes as they were and in bootstrap replicas of them (race_table.py ranks by it)."""
+in the episodes as they were and in bootstrap replicas of them (table.py ranks by it)."""
 
 from __future__ import annotations
 

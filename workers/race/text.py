@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from agent.envs.published import published_curve
-from workers.run.race_table import Gain, LaneRow, RaceTable, RaceTracker
+from workers.race.table import Gain, LaneRow, RaceTable, RaceTracker
 from workers.rundir.paths import metrics_name
 from workers.rundir.records import KnobRecord, Train, parse_records
 
