@@ -7,7 +7,8 @@ read the same records, set knobs the same way and have their own showcase.
 The interface is split by subject: the run itself (start, pause, stop, its records) here, and
 its parts, `run.workers` (Workers: progress, add, remove, restart), `run.knobs` (knobs.py),
 `run.race` (workers/race/control.py), `run.showcase` (workers/showcase/control.py) and
-`run.montages` (workers/showcase/montage_job.py). The same requests as data: `run.do(command)` (commands.py), the one place the window's requests are carried out.
+`run.montages` (workers/showcase/montage_job.py). The same requests as data: `run.do(command)`
+(commands.py), the one place the window's requests are carried out.
 """
 
 from __future__ import annotations
