@@ -89,6 +89,7 @@ class TDMPC2(PackState):
         self.native_bf16 = native_bf16() is not None
         self.seeds = list(seeds) if seeds else [cfg.seed]
         self.pack = len(self.seeds)
+        self.step_offset, self.offset_updates = None, 0  # see PackState.step_offset
         self.cfg, self.obs_dim, self.action_dim = cfg, obs_dim, action_dim
         self.model = self._build_model().to(self.device)
         self.two_hot = TwoHot(cfg.num_bins, cfg.vmin, cfg.vmax, self.device)
@@ -316,6 +317,8 @@ class TDMPC2(PackState):
             adam_step(optim)  # in the update's one graph (torch.optim breaks it at each step)
         else:
             optim.step()
+        if self.step_offset is not None:  # a worker reset alone: its own bias correction
+            self.offset_adam_step(optim)
         for p in params:  # zero_grad(set_to_none=True), which torch.compile will not trace
             p.grad = None
         return norms
@@ -354,4 +357,5 @@ class TDMPC2(PackState):
                 self._update_fn = torch.compile(self._update, mode=self._mode)
                 info = self._update_fn(*batch)
         info = {k: v.clone() for k, v in info.items()} if self.compiled else info
+        self.count_offset_update()
         return info if packed else {k: v[0] for k, v in info.items()}

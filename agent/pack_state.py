@@ -7,6 +7,7 @@ learning.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,9 @@ from agent.world_model import WorldModel
 
 State = dict[str, torch.Tensor]
 FORMAT = "tdmpc2-live/agent/1"
+# How close a worker's own Adam bias correction must come to the pack's before its step count
+# is the pack's again: far below float32's resolution of a step.
+SETTLED = 1e-8
 
 
 @dataclass
@@ -45,12 +49,18 @@ class PackState:
     action_dim: int
     pack: int
     compiled: bool
+    # Adam counts steps per stacked tensor, one count for the pack. A worker reset alone has a
+    # count of its own: the pack's less its `step_offset` (the pack's count at its reset, 0 for
+    # the others); None when every worker's count is the pack's. `offset_updates`: updates
+    # left until the offsets no longer change a step (then None again).
+    step_offset: torch.Tensor | None
+    offset_updates: int
 
     @torch.no_grad()
     def merge_workers(self, workers: Sequence[int]) -> PackMerge | None:
         """Average the networks of `workers` over the worker dimension, in place on the
         device. A worker with non-finite weights is left out of the mean and reset from it
-        (its Adam moments zeroed). None when no worker is finite."""
+        (a new Adam for it). None when no worker is finite."""
         found = self.pack_mean(workers)
         if found is None:
             return None
@@ -79,8 +89,9 @@ class PackState:
     def assign(
         self, state: State, workers: Sequence[int], reset: Sequence[int] = ()
     ) -> dict[int, float]:
-        """Give `workers` the networks `state` (the merged ones); `reset` of them also lose
-        their Adam moments. Returns each other worker's L2 distance from `state` before."""
+        """Give `workers` the networks `state` (the merged ones); `reset` of them also get a
+        new Adam (moments and step count zero). Returns each other worker's L2 distance from
+        `state` before."""
         own = self.model.state_dict()
         names = list(state)
         distances = {}
@@ -89,16 +100,58 @@ class PackState:
                 diffs = [own[k][w] - state[k].to(self.device) for k in names]
                 distances[w] = float(torch.stack([d.norm() for d in diffs]).norm())
         self.load_model_state(state, workers)
-        for w in reset:
-            self._reset_moments(w)
+        if reset:
+            self._reset_adam(list(reset))
         return distances
 
-    def _reset_moments(self, worker: int) -> None:
-        for optim in (self.optim, self.pi_optim):
-            for state in optim.state.values():
-                for key in ("exp_avg", "exp_avg_sq"):
-                    if key in state:
-                        state[key][worker].zero_()
+    def _reset_adam(self, workers: list[int]) -> None:
+        """Zero `workers`' Adam moments and step counts. Zeroed moments under the pack's bias
+        correction (about 1 after some thousand steps) would make their next updates about 3x
+        a new Adam's."""
+        optims = (self.optim, self.pi_optim)
+        states = [state for optim in optims for state in optim.state.values() if state]
+        for state in states:
+            for key in ("exp_avg", "exp_avg_sq"):
+                state[key][workers] = 0
+        if set(workers) >= set(range(self.pack)):
+            for state in states:  # in place: a compiled update's CUDA graphs hold it
+                state["step"].zero_()
+            self.step_offset = None
+            return
+        pack_steps = float(states[0]["step"]) if states else 0.0
+        if pack_steps == 0:  # no step yet: the pack's count is a new Adam's
+            return
+        if self.step_offset is None:
+            self.step_offset = torch.zeros(self.pack, device=self.device)
+        self.step_offset[workers] = pack_steps
+        betas = [b for optim in optims for group in optim.param_groups for b in group["betas"]]
+        self.offset_updates = math.ceil(math.log(SETTLED) / math.log(max(betas)))
+
+    @torch.no_grad()
+    def offset_adam_step(self, optim: torch.optim.Optimizer) -> None:
+        """Right after `optim`'s step on the pack: move each worker as an Adam of its own step
+        count would have (see step_offset). Both started their moments at zero and saw the
+        same gradients, so only the bias correction differs, and the difference of the two
+        moves is added (torch's Adam takes one step count per tensor). Tensor ops only, no
+        host sync: it runs inside a compiled update's graph too."""
+        offset = self.step_offset
+        assert offset is not None
+        for group in optim.param_groups:
+            for param in group["params"]:
+                state = optim.state[param]
+                if "step" not in state:
+                    continue
+                pack_steps = state["step"].to(offset.device)
+                own = (pack_steps - offset).view(-1, *(1,) * (param.dim() - 1))
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                param.add_(_adam_move(m, v, group, own) - _adam_move(m, v, group, pack_steps))
+
+    def count_offset_update(self) -> None:
+        """After an update: the offsets are dropped once they no longer change a step."""
+        if self.step_offset is not None:
+            self.offset_updates -= 1
+            if self.offset_updates <= 0:
+                self.step_offset = None
 
     @torch.no_grad()
     def load_model_state(self, state: State, workers: Sequence[int]) -> None:
@@ -122,8 +175,8 @@ class PackState:
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
             "model": {k: v.clone() for k, v in self.model_state(worker).items()},
-            "optim": _optim_slice(self.optim, worker),
-            "pi_optim": _optim_slice(self.pi_optim, worker),
+            "optim": _optim_slice(self.optim, worker, self._offset(worker)),
+            "pi_optim": _optim_slice(self.pi_optim, worker, self._offset(worker)),
             "noise": self.noise.get_state(worker),
         }
 
@@ -141,12 +194,19 @@ class PackState:
         theirs = self.checked_model_state(state.get("model", {}))
         self.load_model_state(theirs, [worker])
         if not weights_only:
+            if self.step_offset is not None:  # its step count is the pack's (the loaded one's)
+                self.step_offset[worker] = 0
+                if not self.step_offset.any():
+                    self.step_offset = None
             for optim, saved in ((self.optim, state["optim"]), (self.pi_optim, state["pi_optim"])):
                 _load_optim_slice(optim, worker, saved)
                 if self.compiled:  # new state tensors: static again for the CUDA graphs
                     init_adam_state(optim)
             if "noise" in state:
                 self.noise.set_state(worker, state["noise"])
+
+    def _offset(self, worker: int) -> float:
+        return 0.0 if self.step_offset is None else float(self.step_offset[worker])
 
     def checked_model_state(self, theirs: State) -> State:
         """`theirs` if it is one worker's networks of this model (shapes as model_state's),
@@ -173,11 +233,20 @@ class PackState:
         return fitted
 
 
-def _optim_slice(optim: torch.optim.Optimizer, worker: int) -> dict:
-    """One worker's part of an Adam state dict over stacked weights: a lone agent's."""
+def _adam_move(m: torch.Tensor, v: torch.Tensor, group: dict, steps: torch.Tensor) -> torch.Tensor:
+    """The change torch's Adam makes to a parameter of moments m, v at step `steps` (as
+    torch/optim/adam.py's _single_tensor_adam computes it)."""
+    beta1, beta2 = group["betas"]
+    denom = v.sqrt() / (1 - beta2**steps).sqrt() + group["eps"]
+    return m / denom * (-group["lr"] / (1 - beta1**steps))
+
+
+def _optim_slice(optim: torch.optim.Optimizer, worker: int, offset: float = 0.0) -> dict:
+    """One worker's part of an Adam state dict over stacked weights: a lone agent's (its step
+    count the pack's less `offset`, see PackState.step_offset)."""
     full = optim.state_dict()
     state = {
-        i: {k: v.clone() if k == "step" else v[worker].clone() for k, v in entry.items()}
+        i: {k: v - offset if k == "step" else v[worker].clone() for k, v in entry.items()}
         for i, entry in full["state"].items()
     }
     return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}

@@ -41,9 +41,16 @@ def _batch(agent, seed=0):
     return tuple(torch.stack(column) for column in zip(*parts))
 
 
-def test_the_pack_update_is_one_graph(monkeypatch):
+@pytest.mark.parametrize("reset", [False, True], ids=["pack", "a worker reset alone"])
+def test_the_pack_update_is_one_graph(monkeypatch, reset):
     agent = _pack(monkeypatch)
     agent._compile(mode=None)  # lazily: nothing is compiled until called
+    if reset:  # its own Adam step count, in the graph as well (PackState.step_offset)
+        for optim in (agent.optim, agent.pi_optim):
+            for state in optim.state.values():
+                state["step"].fill_(5)
+        agent.assign(agent.model_state(0), [0, 1], reset=[1])
+        assert agent.step_offset.tolist() == [0, 5]
     agent.model.train()
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         explained = torch._dynamo.explain(agent._update)(*_batch(agent))

@@ -325,3 +325,50 @@ def test_a_bf16_cpu_packs_workers_plan_and_learn_under_autocast(monkeypatch):
     pack.act(torch.randn(2, 4, OBS), t0=True)
     pack.update(_stack([_batch(cfg, k) for k in range(2)]))
     assert seen == {"plan": [True, True], "loss": [True, True]}
+
+
+def _copy(agent, worker, cfg, weights_only):
+    """A lone agent with `worker`'s networks and random stream, and its Adam state (step count
+    included) or a new Adam's."""
+    lone = TDMPC2(dataclasses.replace(cfg, seed=agent.seeds[worker]), OBS, ACT)
+    lone.load_state_dict(agent.state_dict(worker), weights_only=weights_only)
+    lone.noise.set_state(0, agent.noise.get_state(worker))
+    return lone
+
+
+def _adam_steps(agent, worker):
+    return {float(s["step"]) for s in agent.state_dict(worker)["optim"]["state"].values()}
+
+
+@pytest.mark.parametrize("pack", [1, 3], ids=["lone", "pack"])
+def test_a_reset_worker_steps_as_a_new_adam(pack, monkeypatch):
+    # After a reset (non-finite weights: left out of a merge, given the mean, moments zeroed)
+    # a worker's next updates are a new Adam's. With the pack's step count (5 here) its bias
+    # correction would be the pack's, and its moves other sizes (about 3x once that count is
+    # in the thousands). The other workers go on with their own Adam state.
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)
+    cfg = _cfg()
+    agent = _trained_pack(cfg, SEEDS[:pack], updates=5)
+    reset = pack - 1
+    finite = _floats(agent.model_state(0))
+    with torch.no_grad():
+        agent.model.dynamics.layers[0].weight[reset, 0, 0] = float("nan")
+    if pack == 1:  # nothing finite to merge: reset to other weights, as a merge round does
+        agent.assign(finite, [0], reset=[0])
+    else:
+        assert list(agent.merge_workers(range(pack)).left_out) == [reset]
+    lone = [_copy(agent, k, cfg, weights_only=k == reset) for k in range(pack)]
+    updates = 3
+    for step in range(updates):
+        batches = [_batch(cfg, 50 + 10 * step + k) for k in range(pack)]
+        before = [_floats(agent.model_state(k)) for k in range(pack)]
+        agent.update(_stack(batches))
+        for k in range(pack):
+            lone[k].update(batches[k])
+            for name, value in lone[k].model_state(0).items():
+                moved = agent.model_state(k)[name] - before[k][name]
+                expected = value - before[k][name]
+                assert torch.allclose(moved, expected, rtol=1e-4, atol=1e-6), (step, k, name)
+    assert _adam_steps(agent, reset) == {updates}  # saved as a lone agent's own count
+    for k in range(reset):
+        assert _adam_steps(agent, k) == {5 + updates}
