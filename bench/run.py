@@ -21,8 +21,8 @@ from workers.door import Eval, KnobsApplied, Run, RunSettings
 
 # The merge and Adam-moment benchmarks time the machinery itself, inside workers/.
 from workers.merging.files import FileMergeBackend, average_states, distance
-from workers.training.loop_hooks import NoHooks, StopTraining
-from workers.training.trainer import Trainer
+from workers.training.stop_training import StopTraining
+from workers.training.trainer import NoHooks, Trainer
 
 
 def agent_for(cfg: Config) -> TDMPC2:

@@ -127,6 +127,12 @@ class FakeProcess:
     def is_alive(self) -> bool:
         return self.exitcode is None
 
+    def join(self, timeout: float | None = None) -> None:
+        """Returns at once: a fake process ends only when the test ends it."""
+
+    def kill(self) -> None:
+        self.end(-9)
+
     def end(self, exitcode: int) -> None:
         self.exitcode = exitcode
         if self._ender is not None:

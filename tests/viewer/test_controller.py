@@ -22,7 +22,7 @@ from workers.door import (
     SetKnobs,
     Stop,
 )
-from workers.run.commands import handle
+from workers.run.handle import handle
 from workers.run.owner import AttachedRun, Run, RunSettings
 from workers.rundir.album import keep_in_album
 from workers.rundir.replays import EpisodeReplay

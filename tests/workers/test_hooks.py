@@ -27,8 +27,8 @@ from workers.rundir.records import (
 from workers.rundir.settings import RunSettings
 from workers.training.first_weights import StartState
 from workers.training.hooks import WorkerHooks
-from workers.training.loop_hooks import StopTraining
 from workers.training.spec import STATES
+from workers.training.stop_training import StopTraining
 
 CFG = tiny_config(mlp_dim=32, enc_dim=16, latent_dim=16, num_samples=16, num_elites=4)
 

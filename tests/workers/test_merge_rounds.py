@@ -14,8 +14,8 @@ from workers.rundir.lanes import Lane
 from workers.rundir.records import Merge, MergeSkipped, MergeStopped
 from workers.rundir.settings import RunSettings
 from workers.training.first_weights import StartState
-from workers.training.loop_hooks import StopTraining
 from workers.training.merge_rounds import MergeRounds
+from workers.training.stop_training import StopTraining
 
 CFG = tiny_config(mlp_dim=32, enc_dim=16, latent_dim=16, num_samples=16, num_elites=4)
 

@@ -25,6 +25,7 @@ from workers.run.commands import (
     Stop,
     request_fields,
 )
+from workers.run.handle import handle
 from workers.run.wording import ATTACHED
 from workers.rundir.paths import RUN
 from workers.rundir.settings import RunSettings, read_record
@@ -43,6 +44,7 @@ NOT_SERVED = (
 class AttachedRun(BaseRun):
     attached = True
     wording = ATTACHED
+    do = handle
 
     def __init__(self, path: Path, cfg: Config, settings: RunSettings) -> None:
         super().__init__(path, cfg, settings, resumed=True)
@@ -116,8 +118,8 @@ class AttachedWorkers(Workers):
     restarting asked of the process that owns them."""
 
     def __init__(self, run: AttachedRun):
-        super().__init__(run)
-        self._run: AttachedRun = run
+        super().__init__(run.path, lambda: run.settings, run.knobs.merge_every)
+        self._run = run
 
     def restart(self, index: int) -> None:
         self._check_restartable(index)

@@ -8,7 +8,7 @@ The interface is split by subject: the run itself (start, pause, stop, its recor
 its parts, `run.workers` (Workers: progress, add, remove, restart), `run.knobs` (knobs.py),
 `run.race` (workers/race/control.py), `run.showcase` (workers/showcase/control.py) and
 `run.montages` (workers/showcase/montage_job.py). The same requests as data: `run.do(command)`
-(commands.py), the one place the window's requests are carried out.
+(commands.py; handle.py), the one place the window's requests are carried out.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import multiprocessing as mp
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.config import Config
 from agent.errors import UserError
 from workers.race.control import RaceControl
-from workers.run.commands import handle
+from workers.run.commands import Command, Outcome
 from workers.run.knobs import RunKnobs
 from workers.run.tail import RecordTail, tail_records
 from workers.run.wording import OWNED, Wording
@@ -73,9 +74,10 @@ class BaseRun(ABC):
         """Whether training is paused: as asked of the owner; as the workers report it in a
         view (the owner or another window may pause)."""
 
-    # run.do(command) -> Outcome: every request of the run as data, carried out in one place
-    # (commands.py handle; the window's, and those an owner serves for attached windows).
-    do = handle
+    @abstractmethod
+    def do(self, command: Command) -> Outcome:
+        """Carry out `command` (commands.py: every request of a run as data); a refusal raises
+        UserError and changes nothing. Both kinds of run take handle.py's `handle`."""
 
     def serve_requests(self) -> list[Request]:
         """Apply what attached windows asked for (the owner's job; a view serves nothing)."""
@@ -160,10 +162,14 @@ class BaseRun(ABC):
 class Workers(ABC):
     """`run.workers`: who is in the run and what each worker does. The owner's are its child
     processes (processes.py); a view's are another process's, changed by asking that process
-    (attached.py). A part of its run: it reads the run's settings, knobs and race."""
+    (attached.py). Each is given what it reads of its run."""
 
-    def __init__(self, run: BaseRun):
-        self._run = run
+    def __init__(
+        self, path: Path, settings: Callable[[], RunSettings], merge_every: Callable[[], int]
+    ):
+        """`settings()`: the run's settings now; `merge_every()`: the merge frequency in force
+        (what a refusal to add a worker quotes)."""
+        self._path, self._settings, self._merge_every = path, settings, merge_every
         self._reported_dead: set[int] = set()
 
     @abstractmethod
@@ -217,21 +223,21 @@ class Workers(ABC):
 
     # checks both kinds make before acting (attached: before a request is sent) -------------
     def _check_restartable(self, index: int) -> None:
-        if index in self._run.settings.removed:
+        if index in self._settings().removed:
             raise UserError(f"worker {index} was removed from the run; add a new one instead")
 
     def _check_merged_weights(self, lane: int | None = None) -> None:
         """A new worker starts from its pool's merged weights: refuse it while there are none
         (in a race the pool is lane `lane`'s: RaceControl.lane_for_new)."""
-        if not merged_path(self._run.path, lane).exists():
+        if not merged_path(self._path, lane).exists():
             raise UserError(
                 "a new worker starts from the merged weights and there are none yet: add it "
-                f"after the first merge (every {self._run.knobs.values()[1]['merge_every']} "
+                f"after the first merge (every {self._merge_every()} "
                 "steps)"
             )
 
     def _check_removable(self, index: int) -> None:
-        s = self._run.settings
+        s = self._settings()
         if index not in s.active:
             raise UserError(f"worker {index} is not in the run (workers: {s.active})")
         if len(s.active) == 1:

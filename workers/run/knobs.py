@@ -33,6 +33,10 @@ class RunKnobs:
         good = self.store.last_good(self.cfg)
         return good if good is not None else self.applied()
 
+    def merge_every(self) -> int:
+        """The merge frequency in force (steps)."""
+        return int(self.values()[1]["merge_every"])
+
     def applied(self) -> tuple[int, dict]:
         """The newest knob values a worker recorded running with (knobs_applied, or the values
         in force when it refused a record), else the run's starting values."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from agent.config import Config
@@ -30,8 +31,10 @@ from workers.race.control import check_race
 from workers.run.attached import AttachedRun
 from workers.run.base import BaseRun
 from workers.run.commands import from_request
+from workers.run.handle import handle
 from workers.run.monitor import WorkerMonitor
-from workers.run.processes import WorkerProcesses
+from workers.run.processes import RunSide, WorkerProcesses
+from workers.run.spawn import spawn
 from workers.run.start_weights import read_start_weights, write_start_weights
 from workers.rundir.directory import RunDir
 from workers.rundir.knob_record import KnobStore, run_knobs
@@ -80,10 +83,27 @@ def resumable(path: str | Path) -> tuple[Config, RunSettings]:
 class Run(BaseRun):
     """The owning run: its workers are this process's children."""
 
+    do = handle
+
     def __init__(self, path: Path, cfg: Config, settings: RunSettings, resumed: bool):
         super().__init__(path, cfg, settings, resumed)
         self._stop = self._ctx.Event()
-        self.workers = WorkerProcesses(self)
+        self.workers = WorkerProcesses(
+            RunSide(
+                path,
+                cfg,
+                resumed,
+                lock=self._lock,
+                settings=lambda: self.settings,
+                save_settings=self._save_settings,
+                merge_every=self.knobs.merge_every,
+                race=self.race,
+                start_process=partial(spawn, self._ctx, pause=self._pause, stop=self._stop),
+                restarting=lambda: self.monitor.restarting,
+                restarted_by_hand=lambda pack: self.monitor.restarted_by_hand(pack),
+                removed=lambda index: self.monitor.removed(index),
+            )
+        )
         self.monitor = WorkerMonitor(
             path,
             settings=lambda: self.settings,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from workers.rundir.directory import human_size
 from workers.rundir.records import DiskResumed, Record
-from workers.training.loop_hooks import StopTraining
 from workers.training.spec import STATES
+from workers.training.stop_training import StopTraining
 
 DIR_CHECK_S = 0.5  # seconds between checks that the run directory is still where it was
 DISK_RETRY_S = 2.0  # seconds between tries of a write that failed for want of space

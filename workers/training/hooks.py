@@ -35,10 +35,10 @@ from workers.rundir.records import (
 from workers.rundir.settings import read_record
 from workers.training.disk_guard import DiskGuard
 from workers.training.first_weights import StartState
-from workers.training.loop_hooks import StopTraining
 from workers.training.merge_rounds import MergeRounds
 from workers.training.rank_sync import rank0_knob_record, rejoin_job
 from workers.training.spec import STATES, WorkerLink
+from workers.training.stop_training import StopTraining
 from workers.training.trainer import Trainer
 
 PHASE_RECORD_S = 5.0  # seconds between "seeding" / "pretraining" records

@@ -18,8 +18,8 @@ from workers.merging.files import FileMergeBackend, MergeCancelled, pool_weights
 from workers.rundir.directory import load_state
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
 from workers.training.first_weights import StartState
-from workers.training.loop_hooks import StopTraining
 from workers.training.spec import STATES, WorkerSpec
+from workers.training.stop_training import StopTraining
 from workers.training.trainer import Trainer
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -26,9 +27,37 @@ from agent.envs import make_vector_env, start_step
 from workers.rundir.directory import RunDir, save_state
 from workers.rundir.records import Episode, Eval, Record, Stop, Train
 from workers.training.evaluation import evaluate
-from workers.training.loop_hooks import NoHooks, StopTraining, TrainingHooks
 from workers.training.member import EpisodeSoFar, Member, state_at
 from workers.training.progress import Progress
+from workers.training.stop_training import StopTraining
+
+
+class TrainingHooks(Protocol):
+    """What the trainer calls while it runs (the worker process's: hooks.py); any of them may
+    raise StopTraining."""
+
+    def after_step(self, trainer: Trainer) -> None:
+        """After every agent step (summed over envs)."""
+
+    def after_update(self, trainer: Trainer) -> None:
+        """After every update: pretraining's thousands take minutes on a CPU, and a pause or
+        stop must not wait for them."""
+
+    def during_evaluation(self, trainer: Trainer) -> None:
+        """After every step of an evaluation (minutes on a CPU, too)."""
+
+
+class NoHooks:
+    """A trainer on its own: nothing runs between its steps."""
+
+    def after_step(self, trainer: Trainer) -> None:
+        pass
+
+    def after_update(self, trainer: Trainer) -> None:
+        pass
+
+    def during_evaluation(self, trainer: Trainer) -> None:
+        pass
 
 
 class Trainer:
