@@ -189,3 +189,51 @@ def test_the_window_command_renders_in_the_background_and_says_where(tmp_path):
     assert lines[-1].startswith("montage written") and lines[-1].endswith(str(path)), lines
     assert path.exists() and list(path.parent.iterdir()) == [path]
     assert len(frames_of(path)) > 0
+
+
+class _FailingWriter:
+    """imageio's writer, failing as imageio or ffmpeg may: `error` raised by the call named
+    `at` (after a few frames, for append_data)."""
+
+    def __init__(self, path, error: Exception, at: str):
+        self.path, self.error, self.at, self.frames = Path(path), error, at, 0
+        if at == "get_writer":
+            raise error
+
+    def append_data(self, frame):
+        self.frames += 1
+        self.path.write_bytes(b"half a video" * self.frames)
+        if self.at == "append_data" and self.frames == 3:
+            raise self.error
+
+    def close(self):
+        if self.at == "close":
+            raise self.error
+
+
+FFMPEG_ERRORS = {
+    "no ffmpeg": (RuntimeError("No ffmpeg exe could be found. Install ffmpeg."), "get_writer"),
+    "no backend": (ValueError("Could not find a backend to open `m.mp4`"), "get_writer"),
+    "ffmpeg ended": (RuntimeError("ffmpeg ended with code 1"), "append_data"),
+    "frames refused": (ValueError("All images in a movie should have same size"), "append_data"),
+    "ffmpeg's stderr": (OSError("[Errno 32] Broken pipe\n\nFFMPEG COMMAND:\nffmpeg -y"), "close"),
+}
+
+
+@pytest.mark.parametrize("name", FFMPEG_ERRORS)
+def test_an_ffmpeg_error_is_one_line_exit_2_and_keeps_what_was_there(
+    name, album, tmp_path, capsys, monkeypatch
+):
+    # Whatever imageio or ffmpeg raises, RuntimeError and ValueError too: one line, exit 2,
+    # no half-written file, and a montage already at the target left as it was.
+    error, at = FFMPEG_ERRORS[name]
+    writer = lambda path, **options: _FailingWriter(path, error, at)  # noqa: E731
+    monkeypatch.setattr("workers.showcase.montage.imageio.get_writer", writer)
+    out = tmp_path / "m.mp4"
+    out.write_bytes(b"an earlier montage")
+    code, stdout, err = run_cli([str(album), "--out", str(out), "--size", "64x48"], capsys)
+    assert code == 2 and stdout == "", name
+    first = str(error).splitlines()[0]
+    message = err[err.find("error: ") :]  # after the progress bar, where frames were made
+    assert message == f"error: writing {out} failed: {first}\n", name
+    assert list(tmp_path.iterdir()) == [out] and out.read_bytes() == b"an earlier montage"

@@ -3,7 +3,8 @@ from their poses at 1x, one after another in step order, each with its step, its
 the learning curve drawn on it (montage_draw.py), a race's lanes side by side.
 
 The file appears whole or not at all: frames go to a temporary file in the same folder, which
-replaces the target only once it is complete, and is removed on any error or interruption.
+replaces the target only once it is complete, and is removed on any error or interruption. What
+the writer raises, whatever its type, is that writing failed: one line (UserError).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import imageio.v2 as imageio
@@ -84,9 +85,10 @@ def render_montage(
     try:
         _render(plan, temp, size or default_size(plan), fps, progress, stop)
         os.replace(temp, out)
-    except OSError as err:  # the disk filled, the folder went away: said in one line
+    except (OSError, VideoError) as err:  # the disk filled, ffmpeg failed: said in one line
         temp.unlink(missing_ok=True)
-        raise UserError(f"writing {out} failed: {err}") from None
+        first = str(err).strip().splitlines()  # ffmpeg's errors go on with its command, stderr
+        raise UserError(f"writing {out} failed: {first[0] if first else repr(err)}") from None
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -104,9 +106,7 @@ def _render(plan: MontagePlan, path: Path, size, fps, progress, stop) -> None:
                 raise UserError(
                     f"the album's poses do not fit {plan.cfg.task}'s model: cannot replay them"
                 )
-        writer = imageio.get_writer(
-            path, format="FFMPEG", fps=fps, codec="libx264", macro_block_size=2, quality=7
-        )
+        writer = _Video(path, fps)
         try:
             _write_frames(plan, env, writer, size, fps, progress, stop)
             writer.close()  # ffmpeg finishes the file; its error, if any, is the montage's
@@ -118,6 +118,39 @@ def _render(plan: MontagePlan, path: Path, size, fps, progress, stop) -> None:
     finally:
         with contextlib.suppress(Exception):  # closing must not hide the error that ended it
             env.close()
+
+
+class VideoError(Exception):
+    """An error of imageio's or ffmpeg's other than OSError: imageio-ffmpeg raises RuntimeError
+    (no ffmpeg, ffmpeg ended), imageio ValueError (no FFMPEG plugin, frames it refuses)."""
+
+
+@contextlib.contextmanager
+def _video_errors() -> Iterator[None]:
+    try:
+        yield
+    except (OSError, VideoError):
+        raise
+    except Exception as err:
+        raise VideoError(str(err) or type(err).__name__) from err
+
+
+class _Video:
+    """imageio's FFMPEG writer, whose errors are OSError or VideoError."""
+
+    def __init__(self, path: Path, fps: float):
+        with _video_errors():
+            self._writer = imageio.get_writer(
+                path, format="FFMPEG", fps=fps, codec="libx264", macro_block_size=2, quality=7
+            )
+
+    def append_data(self, frame) -> None:
+        with _video_errors():
+            self._writer.append_data(frame)
+
+    def close(self) -> None:
+        with _video_errors():
+            self._writer.close()
 
 
 def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop) -> None:
