@@ -13,12 +13,7 @@ from agent.config import Config
 from agent.errors import UserError
 from viewer.controller import POLL_S
 from viewer.model import RunModel
-from workers.door import KnobsApplied, Lane, Run, RunSettings
-
-# race_history reads a finished run's files, which no run API offers.
-from workers.race.text import race_of
-from workers.rundir.knob_record import KnobStore
-from workers.rundir.settings import read_record
+from workers.door import KnobsApplied, Lane, Run, RunSettings, race_of
 
 
 def race_benchmark(cfg: Config, workers: int, seconds: float, run_dir: str) -> dict:
@@ -88,9 +83,9 @@ def race_history(run_dir: str, minutes: list[float]) -> str:
     """`bench --race-table RUN_DIR --at 5,10,20`: the race table of a run as it stood at each
     of those minutes of wall time after the race began, and now, read from its files."""
     path = Path(run_dir)
-    cfg, settings = read_record(path)
-    record = KnobStore(path).last_good_record(cfg)
-    if record is None or not record.lanes:
+    run = Run.attach(path)  # reads only
+    cfg, record = run.cfg, run.race.record()
+    if not record.lanes:
         raise UserError(f"{path} holds no race (its knob record has no lanes)")
     parts = []
     for at in [*minutes, None]:

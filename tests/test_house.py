@@ -24,14 +24,9 @@ WORKERS = {
     "cli": {"host", "rundir", "merging", "training", "showcase", "race", "run"},
 }
 DOOR = "workers.door"  # the window's one way into workers/ (it may import every sub-package)
-# What bench/ takes from the door where it drives whole runs: the run API and the new run.
-RUN_API = {
-    "workers.run.owner",
-    "workers.run.base",
-    "workers.run.attached",
-    "workers.cli.new_run",
-    "workers.rundir.settings.RunSettings",
-}
+# What bench/'s micro-benchmarks may take from inside workers/: one part timed alone. Whole runs,
+# races and the window's model come through the door.
+BENCH_PARTS = {"host", "merging", "training", "rundir"}
 MAX_MODULES, MAX_LINES = 16, 300
 MAX_METHODS = 20  # a class's public methods, inherited ones too (issue 35: split by subject)
 
@@ -133,13 +128,34 @@ def test_the_door_only_passes_names_on():
     )
 
 
+def door_users() -> dict[str, set[str]]:
+    """Each name the door exports and the files that import it from the door (the window,
+    bench/, launch.py and the tests)."""
+    import workers.door
+
+    users: dict[str, set[str]] = {name: set() for name in workers.door.__all__}
+    files = [*modules(), ROOT / "launch.py", *(ROOT / "tests").rglob("*.py")]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == DOOR:
+                for alias in node.names:
+                    users.setdefault(alias.name, set()).add(str(path.relative_to(ROOT)))
+    return users
+
+
+def test_the_door_exports_only_what_its_users_import():
+    unused = sorted(name for name, files in door_users().items() if not files)
+    assert unused == []
+
+
 def test_bench_drives_whole_runs_through_the_door():
-    """Its micro-benchmarks (a merge, a pack, one trainer) may reach inside workers/."""
+    """bench/ enters workers/ by the door, but for its micro-benchmarks of one part alone (a
+    merge, a collective, one trainer, a pack's threads), which may reach inside those parts."""
     wrong = [
         (str(path.relative_to(ROOT)), name)
         for path in sorted((ROOT / "bench").rglob("*.py"))
-        for name in imported(path)
-        if name in RUN_API
+        for name in workers_modules(path)
+        if name != DOOR and name.split(".")[1] not in BENCH_PARTS
     ]
     assert wrong == []
 

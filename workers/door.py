@@ -17,7 +17,6 @@ from workers.cli.new_run import (
     config_from_args,
     default_run_dir,
     demo_requested,
-    new_run_from_args,
     new_run_from_dialog,
     resume_from_args,
     window_run_from_args,
@@ -25,7 +24,6 @@ from workers.cli.new_run import (
 from workers.cli.parser import CliParser
 from workers.cli.presets import (
     CPU_PLANNING,
-    Preset,
     cuda_available,
     demo_preset,
     model_sizes,
@@ -35,7 +33,7 @@ from workers.host.precision import describe_precision
 from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
 from workers.race.control import MAX_LANES, check_race, sharing
 from workers.race.table import LaneRow, RaceTable, RaceTracker
-from workers.race.text import level_text, reached_text, row_cells, summary_lines
+from workers.race.text import level_text, race_of, reached_text, row_cells, summary_lines
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -61,7 +59,7 @@ from workers.run.commands import (
 from workers.run.owner import Run, resumable
 from workers.run.wording import OWNED, Wording
 from workers.rundir.album import AlbumEntry
-from workers.rundir.lanes import Lane, describe_lane, parse_lane
+from workers.rundir.lanes import Lane, parse_lane
 from workers.rundir.records import (
     Crashed,
     Episode,
@@ -129,7 +127,6 @@ __all__ = [
     "config_from_args",
     "default_run_dir",
     "demo_requested",
-    "new_run_from_args",
     "new_run_from_dialog",
     "resume_from_args",
     "window_run_from_args",
@@ -137,7 +134,6 @@ __all__ = [
     "CPU_PLANNING",
     "CliParser",
     "MODES",
-    "Preset",
     "add_common_flags",
     "add_config_flags",
     "build_parser",
@@ -157,9 +153,9 @@ __all__ = [
     "RaceTable",
     "RaceTracker",
     "check_race",
-    "describe_lane",
     "lane_source",
     "level_text",
+    "race_of",
     "parse_lane",
     "reached_text",
     "row_cells",

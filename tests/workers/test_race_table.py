@@ -7,9 +7,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import tiny_config
+from helpers.process_fakes import make_run
 
+from agent.errors import UserError
+from bench.race import race_history
 from workers.race.table import Gain, RaceTracker
 from workers.race.text import race_of, race_text
+from workers.rundir.lanes import Lane, deal_lanes
 from workers.rundir.records import (
     Checkpoint,
     Episode,
@@ -20,6 +25,7 @@ from workers.rundir.records import (
     Resume,
     Stop,
 )
+from workers.rundir.settings import RunSettings
 
 T0 = 1000.0  # when the race began (wall clock)
 
@@ -252,3 +258,16 @@ def test_a_stopped_race_keeps_its_clock_and_reads_back_as_it_stood_at_a_minute(t
     rows = [line.split() for line in early.splitlines()[1:3]]
     assert {row[0]: row[3] for row in rows} == {"0": "200", "1": "200"}  # steps by then
     assert "averaged over 5:10 of training" in race_of(tmp_path, record, None, "no-such-task")
+
+
+def test_bench_reads_a_finished_races_table_through_the_run_api(tmp_path):
+    """`bench --race-table DIR`: a run attached, read only; a run that never raced is refused."""
+    cfg = tiny_config()
+    make_run(tmp_path / "plain", cfg, RunSettings(workers=2))
+    with pytest.raises(UserError, match="holds no race"):
+        race_history(str(tmp_path / "plain"), [5])
+    lanes = (Lane(), Lane(size=1, merges=False))
+    layout = deal_lanes(RunSettings(workers=3).merging, lanes)
+    make_run(tmp_path / "race", cfg, RunSettings(workers=3, lanes=layout), layout, lanes)
+    text = race_history(str(tmp_path / "race"), [5])
+    assert text.splitlines()[0] == "5 minutes into the race:" and "at the end:" in text
