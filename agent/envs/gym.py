@@ -38,9 +38,11 @@ def gym_spec(task: str) -> gymnasium.envs.registration.EnvSpec:
         # not only beside launch.py; spawned workers inherit the path.
         if os.getcwd() not in sys.path:
             sys.path.append(os.getcwd())
+        # A user's module with a bug raises anything at import, or calls sys.exit, whose
+        # SystemExit would end the program (or a worker) with no word of why.
         try:
             importlib.import_module(module)
-        except Exception as err:  # a user's module with a bug raises anything at import
+        except (Exception, SystemExit) as err:
             what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             first = what.strip().splitlines()[0]
             raise ConfigError(f"{task}: cannot import {module!r} ({first})", "task") from None

@@ -89,6 +89,10 @@ def test_seeds_give_each_env_copy_its_own_start():
             "helpers.broken_env:Rail-v0",
             r"cannot import 'helpers.broken_env' \(RuntimeError: the rail's length is not set\)",
         ),
+        (  # sys.exit at import: SystemExit, no Exception, and not the program's end
+            "helpers.exiting_env:Rail-v0",
+            r"cannot import 'helpers.exiting_env' \(SystemExit: set RAIL_LENGTH first\)$",
+        ),
         ("NoSuchEnv-v3", "neither a DMControl task"),
     ],
 )
