@@ -71,17 +71,16 @@ def test_lane_text_reads_knobs_sizes_and_merging_of_either_spelling():
 
 
 def test_a_layout_that_does_not_fit_the_run_is_refused():
-    check_layout(((0, 1), (2,)), (1,), 3, [0, 1, 2])
-    check_layout(((0, 1), (3,)), (), 4, [0, 1, 3])  # worker 2 was removed
-    for lanes, solo, active, message in [
-        (((0, 1), (5,)), (), [0, 1, 2], "names worker 5, and the run has workers 0-2"),
-        (((0, 1), (1, 2)), (), [0, 1, 2], "worker 1 is in two lanes"),
-        (((0,), (2,)), (), [0, 1, 2], "worker 1 of the run is in no lane"),
-        (((0, 1), ()), (), [0, 1], "lane 1 has no worker"),
-        (((0,), (1, 2)), (2,), [0, 1, 2], "no lane 2"),
+    check_layout(((0, 1), (2,)), 3, [0, 1, 2])
+    check_layout(((0, 1), (3,)), 4, [0, 1, 3])  # worker 2 was removed
+    for lanes, merging, message in [
+        (((0, 1), (5,)), [0, 1, 2], "names worker 5, and the run has workers 0-2"),
+        (((0, 1), (1, 2)), [0, 1, 2], "worker 1 is in two lanes"),
+        (((0,), (2,)), [0, 1, 2], "worker 1 of the run is in no lane"),
+        (((0, 1), ()), [0, 1], "lane 1 has no worker"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            check_layout(lanes, solo, 3, active)
+            check_layout(lanes, 3, merging)
 
 
 def test_the_knob_record_races_changes_one_lane_promotes_and_survives_damage(tmp_path):

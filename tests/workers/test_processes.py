@@ -41,6 +41,7 @@ class Side:
         make_run(path, CFG, settings, layout, lanes)
         self.path, self.settings = path, settings
         self.saved: list[RunSettings] = []
+        self.lanes_when_saved: list = []  # the race as the run reads it right after each save
         self.started: list[list[dict]] = []  # each process: its workers' specs
         self.workers_on_disk: list[int] = []  # run.json's workers when each process started
         self.by_hand: list[list[int]] = []
@@ -75,6 +76,7 @@ class Side:
         write_settings(self.path, settings)
         self.settings = settings
         self.saved.append(settings)
+        self.lanes_when_saved.append(self.race.record().lanes)
 
     def start_process(self, specs):
         process = FakeProcess(next(self.pids))
@@ -136,6 +138,22 @@ def test_a_worker_is_added_from_the_merged_weights_at_the_step_of_the_slowest_me
         False,
         110,
     )
+
+
+def test_a_worker_added_to_a_race_is_in_run_json_before_its_lane_and_the_run_never_doubts_it(
+    tmp_path,
+):
+    settings = RunSettings(workers=3)
+    lanes = (Lane(), Lane(size=1))
+    layout = deal_lanes(settings.merging, lanes)
+    run = Side(tmp_path, RunSettings(workers=3, lanes=layout), layout, lanes)
+    run.workers.start(nice=0)
+    run.merged(step=20, lane=1)
+    assert run.workers.add(lane=1) == 3
+    # Between run.json and the lane, the run still reads the race as it was (not as damage).
+    assert run.lanes_when_saved == [layout]
+    assert run.race.record().lanes == (layout[0], (*layout[1], 3))
+    assert run.workers_on_disk[-1] == 4
 
 
 def test_a_worker_still_starting_is_not_whom_a_new_one_joins_and_without_any_the_merge_is(

@@ -1,14 +1,21 @@
 """The race's rules without processes (workers/race/control.py): which workers each lane gets, the
-runs that cannot race and why, and the line that says how lanes share the machine."""
+runs that cannot race and why, the line that says how lanes share the machine, and the one rule
+of lanes that fit the run, which the run and its workers both hold a knob record to."""
+
+import dataclasses
 
 import pytest
+from conftest import tiny_config
+from helpers.process_fakes import make_run
 
 from agent.config import Config
 from agent.errors import ConfigError
-from workers.race.control import check_race, sharing
-from workers.rundir.lanes import CONTROL, Lane
+from workers.race.control import RaceControl, check_race, sharing
+from workers.rundir.directory import atomic_write_json
+from workers.rundir.knob_record import KNOBS, KnobStore
+from workers.rundir.lanes import CONTROL, Lane, check_layout, deal_lanes
 from workers.rundir.records import KnobRecord
-from workers.rundir.settings import RunSettings
+from workers.rundir.settings import RunSettings, read_record
 
 
 def test_sized_lanes_get_their_size_and_the_rest_share_the_remaining_workers():
@@ -42,3 +49,39 @@ def test_sharing_says_the_lane_sizes_and_the_equal_share_on_a_cpu():
     assert "equal compute per worker" in line
     no_race = KnobRecord(version=1, values={})
     assert sharing(RunSettings(workers=4), Config(device="cpu"), no_race) == ""
+
+
+@pytest.mark.parametrize(
+    "lanes, fits",
+    [
+        (((0, 1), (2,)), True),
+        (((1, 0), (2,)), True),
+        (((0,), (2,)), False),  # worker 1 merges in no lane
+        (((0, 1), (1, 2)), False),  # worker 1 in two lanes
+        (((0, 1), (2, 5)), False),  # no worker 5
+    ],
+)
+def test_the_run_refuses_a_knob_record_whose_lanes_its_workers_refuse(tmp_path, lanes, fits):
+    """A record written over knobs.json (by hand, or damaged): the run takes it as its workers
+    do (workers/training/hooks.py, with the same run.json), else the last good version."""
+    cfg = tiny_config()
+    settings = RunSettings(workers=3)
+    race = (Lane(), Lane(size=1))
+    layout = deal_lanes(settings.merging, race)
+    make_run(tmp_path, cfg, dataclasses.replace(settings, lanes=layout), layout, race)
+    written = dataclasses.replace(KnobStore(tmp_path).read_record(), version=7, lanes=lanes)
+    atomic_write_json(tmp_path / KNOBS, written.to_json())
+    control = RaceControl(KnobStore(tmp_path), cfg, lambda: settings, lambda: (0, {}))
+    assert control.record().lanes == (lanes if fits else layout)
+    workers_take = True
+    try:
+        check_layout(written.lanes, *worker_view(tmp_path))
+    except ConfigError:
+        workers_take = False
+    assert workers_take == fits
+
+
+def worker_view(path):
+    """What a worker checks a record's lanes against: run.json as it reads it (hooks.py)."""
+    settings = read_record(path)[1]
+    return settings.workers, settings.merging

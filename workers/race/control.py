@@ -62,8 +62,14 @@ class RaceControl:
         with (for a knob record damaged beyond its history)."""
         self.knobs, self.cfg, self.settings, self.in_force = knobs, cfg, settings, in_force
         self.run_path = knobs.path.parent
-        # A record whose lanes name workers the run does not have is damage (lanes.py).
-        knobs.layout = lambda r: check_layout(r.lanes, r.solo_lanes, self.settings().workers)
+        self._joining: set[int] = set()  # in run.json, not yet in a lane (join)
+        # A record whose lanes do not fit the run is damage: the workers' rule (lanes.py).
+        knobs.layout = self._check_fits
+
+    def _check_fits(self, record: KnobRecord) -> None:
+        s = self.settings()
+        merging = [w for w in s.merging if w not in self._joining]
+        check_layout(record.lanes, s.workers, merging)
 
     def record(self) -> KnobRecord:
         """The knob record in force: the lanes (none outside a race) and their values."""
@@ -126,12 +132,19 @@ class RaceControl:
             )
         return lane
 
-    def join(self, worker: int, lane: int) -> None:
-        """Put a new worker (already in the run's settings) in lane `lane` (lane_for_new's)."""
-        record = self.record()
-        lanes = [tuple(x) for x in record.lanes]
-        lanes[lane] = (*lanes[lane], worker)
-        self.knobs.move_workers(self.cfg, tuple(lanes), self.in_force)
+    def join(self, worker: int, lane: int, enter_run: Callable[[], None]) -> None:
+        """Put a new worker in lane `lane` (lane_for_new's). `enter_run()` records it in the
+        run's settings first, so that no worker reads a lane naming a worker the run does not
+        have; until its lane is written, the run's own check of the record leaves it out."""
+        self._joining.add(worker)
+        try:
+            enter_run()
+            record = self.record()
+            lanes = [tuple(x) for x in record.lanes]
+            lanes[lane] = (*lanes[lane], worker)
+            self.knobs.move_workers(self.cfg, tuple(lanes), self.in_force)
+        finally:
+            self._joining.discard(worker)
 
     @staticmethod
     def smallest_lane(record: KnobRecord) -> int:

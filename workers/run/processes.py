@@ -177,13 +177,11 @@ class WorkerProcesses(Workers):
         except ConfigError as err:
             raise UserError(str(err)) from None
         self._check_merged_weights(lane)
-        # run.json first, then the lane: a worker never reads a lane naming a worker the run
-        # does not have (it would refuse the record as damaged).
-        self._side.save_settings(
-            dataclasses.replace(settings, workers=index + 1, added=settings.added + 1)
-        )
-        if lane is not None:
-            race.join(index, lane)
+        grown = dataclasses.replace(settings, workers=index + 1, added=settings.added + 1)
+        if lane is None:
+            self._side.save_settings(grown)
+        else:  # run.json first, then the lane (RaceControl.join)
+            race.join(index, lane, enter_run=lambda: self._side.save_settings(grown))
         join_step = self.join_step(index)
         self._spawn([self._spec(index, resume=False, from_merged=True, join_step=join_step)])
         return index

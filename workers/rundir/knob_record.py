@@ -46,7 +46,7 @@ def validate_record(
 ) -> KnobRecord:
     """The record with its values and every lane's validated (ConfigError if any is not), as
     KnobValues (which a worker hands to its agent as they are); `layout` checks that its
-    lanes fit the run (lanes.py check_layout, with the run's workers)."""
+    lanes fit the run (lanes.py check_layout, with run.json's workers)."""
     if len(record.lane_values) != len(record.lanes):
         raise ConfigError("the knob record's lanes and their values do not match", "lanes")
     if any(not 0 <= n < len(record.lanes) for n in record.solo_lanes):

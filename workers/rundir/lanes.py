@@ -114,15 +114,11 @@ def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane]) -> Layout:
     return tuple(layout)
 
 
-def check_layout(
-    lanes: Layout, solo_lanes: Sequence[int], workers: int, active: Sequence[int] = ()
-) -> None:
-    """ConfigError unless the lanes fit a run of `workers` workers: every lane has a worker,
-    every worker named exists and is in one lane only, each of `active` (the run's merging
-    workers now) is in a lane, and the lanes that never merge are lanes. A knob record that
-    fails this (a hand edit, damage) is refused by every worker. (The run leaves `active`
-    out: it adds a worker to run.json before the lane that takes it, so that no worker ever
-    reads a lane naming a worker the run does not have.)"""
+def check_layout(lanes: Layout, workers: int, merging: Sequence[int]) -> None:
+    """The one rule of a race's lanes in a run of `workers` workers, `merging` of them merging
+    now: every lane has a worker, every worker named exists and is in one lane only, and each
+    merging worker is in a lane. A knob record that breaks it (a hand edit, damage) is refused
+    by every worker (hooks.py) and by the run (race/control.py), with run.json as each reads it."""
     if not lanes:
         return
     seen: set[int] = set()
@@ -138,9 +134,6 @@ def check_layout(
             if worker in seen:
                 raise ConfigError(f"worker {worker} is in two lanes", "lanes")
             seen.add(worker)
-    outside = [w for w in active if w not in seen]
+    outside = [w for w in merging if w not in seen]
     if outside:
         raise ConfigError(f"worker {outside[0]} of the run is in no lane", "lanes")
-    wrong = [n for n in solo_lanes if not 0 <= n < len(lanes)]
-    if wrong:
-        raise ConfigError(f"there is no lane {wrong[0]} to keep from merging", "lanes")
