@@ -41,8 +41,11 @@ def sent(run: Run) -> list[dict]:
 
 
 def test_a_command_is_data_compared_by_value_and_frozen():
-    assert SetKnobs({"horizon": 3}, lane=1) == SetKnobs({"horizon": 3}, lane=1)
+    # Equal values: the round trip below. Every field and the kind count in the comparison.
+    knobs = SetKnobs({"horizon": 3}, lane=1)
+    assert knobs != SetKnobs({"horizon": 3}, lane=0) and knobs != SetKnobs({"horizon": 4}, lane=1)
     assert RemoveWorker(2) != RemoveWorker(1)
+    assert Pause() != Resume() and RestartWorker(2) != RemoveWorker(2)
     with pytest.raises(AttributeError):
         RemoveWorker(2).worker = 1  # type: ignore[misc]
     assert PauseRendering().instant and not Pause().instant

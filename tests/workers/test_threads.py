@@ -51,10 +51,21 @@ def test_threads_outside_the_cores_are_refused(bad):
         check_threads(bad, cores=2)
 
 
-def test_threads_within_the_cores_are_accepted():
-    check_threads(None, cores=2)
-    check_threads(1, cores=2)
-    check_threads(2, cores=2)
+@pytest.mark.parametrize("cores", [1, 2, 8])
+def test_threads_from_one_to_all_the_cores_are_accepted_and_no_more(cores):
+    # The bounds exactly: 1 and every core pass, one past either end is refused naming `cores`.
+    for good in (None, 1, cores):
+        check_threads(good, cores=cores)
+    for bad in (0, cores + 1):
+        with pytest.raises(UserError, match=rf"between 1 and {cores} .* got {bad}$"):
+            check_threads(bad, cores=cores)
+
+
+def test_threads_are_checked_against_this_process_s_cores_by_default(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(5)))  # under taskset
+    check_threads(5)
+    with pytest.raises(UserError, match=r"between 1 and 5 .* got 6$"):
+        check_threads(6)
 
 
 def test_available_cores_follow_the_affinity():
