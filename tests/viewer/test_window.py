@@ -16,7 +16,7 @@ from helpers.views import LIKE, task_view, unlike
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    "--task", "cartpole-balance", "--model-size", "1", "--workers", "2",
+    "--task", "cartpole-balance", "--model-size", "1", "--device", "cpu", "--workers", "2",
     "--merge-every", "100", "--seed-steps", "100", "--episode-length", "50",
     "--mlp-dim", "32", "--enc-dim", "16", "--latent-dim", "16", "--batch-size", "16",
     "--num-samples", "16", "--num-elites", "4", "--num-pi-trajs", "2", "--iterations", "1",
