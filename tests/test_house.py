@@ -1,10 +1,11 @@
 """The house plan (ARCHITECTURE.md) held by the code itself: rooms import only downward, workers/
 sub-packages only the ones ARCHITECTURE.md lets them, the viewer enters workers/ by one door, no
 folder outgrows a screen of names, a long module says why, no class offers more than 20 public
-methods, the run's merge-frequency default is written once, and the knob path that
-ARCHITECTURE.md draws is the code's."""
+methods, the run's merge-frequency default is written once, and what ARCHITECTURE.md names
+and draws is the code's."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -31,6 +32,12 @@ MAX_MODULES, MAX_LINES = 16, 300
 MAX_METHODS = 20  # a class's public methods, inherited ones too (issue 35: split by subject)
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """`path`'s syntax tree, parsed once for all the tests here."""
+    return ast.parse(path.read_text())
+
+
 def modules() -> list[Path]:
     return sorted(p for room in ROOMS for p in (ROOT / room).rglob("*.py"))
 
@@ -38,7 +45,7 @@ def modules() -> list[Path]:
 def imported(path: Path) -> set[str]:
     """Every module name `path` imports, at any depth (imports inside functions too)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{a.name}" for a in node.names)
@@ -50,7 +57,7 @@ def imported(path: Path) -> set[str]:
 def workers_modules(path: Path) -> set[str]:
     """The modules of workers/ that `path` imports (`from workers import x`: workers.x)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "workers":
                 names.update(f"workers.{a.name}" for a in node.names)
@@ -136,7 +143,7 @@ def door_users() -> dict[str, set[str]]:
     users: dict[str, set[str]] = {name: set() for name in workers.door.__all__}
     files = [*modules(), ROOT / "launch.py", *(ROOT / "tests").rglob("*.py")]
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.module == DOOR:
                 for alias in node.names:
                     users.setdefault(alias.name, set()).add(str(path.relative_to(ROOT)))
@@ -183,7 +190,7 @@ def public_methods() -> dict[str, set[str]]:
     from a class of the rooms (class names are unique in them)."""
     own, bases = {}, {}
     for path in modules():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 own[node.name] = {
                     item.name
@@ -213,7 +220,7 @@ def test_the_window_queues_commands_as_data_not_lambdas():
     queued = [
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path in sorted((ROOT / "viewer").rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in ("put", "send")
@@ -241,7 +248,7 @@ def calls_made(name: str) -> list[set[str]]:
     owner, _, function = name.rpartition(".")
     found = []
     for path in modules():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         scopes = [tree] if not owner else []
         scopes += [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner]
         for scope in scopes:
@@ -256,13 +263,79 @@ def calls_made(name: str) -> list[set[str]]:
     return found
 
 
-def test_the_knob_path_in_architecture_md_is_the_code_s():
-    """ARCHITECTURE.md's knob path, call by call: each caller it names exists and makes the
-    call it names, and the path from the slider to the planner is at most 8 calls."""
-    text = (ROOT / "ARCHITECTURE.md").read_text().split("## A knob")[1].split("\n## ")[0]
-    path = re.findall(r"^\d+\. `([\w.]+)`[^`]*-> `([\w.]+)`", text, flags=re.M)
-    assert path and path[-1][1] == "plan" and len(path) <= 8, path
-    for caller, callee in path:
+def defined_names() -> dict[str, set[str]]:
+    """Every name the rooms define, by where: "" for module level (functions, classes,
+    assignments), a class name for its methods, fields and `self.x =` attributes."""
+    names: dict[str, set[str]] = {"": set()}
+    for path in modules():
+        tree = parsed(path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names[""].add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names[""].update(t.id for t in targets if isinstance(t, ast.Name))
+                names[""].update(t.attr for t in targets if isinstance(t, ast.Attribute))
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            own = names.setdefault(cls.name, set())
+            for node in ast.walk(cls):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    own.add(node.name)
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    own.add(node.target.id)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    own.update(t.id for t in targets if isinstance(t, ast.Name))
+                    own.update(t.attr for t in targets if isinstance(t, ast.Attribute))
+            for base in (b.id for b in cls.bases if isinstance(b, ast.Name)):
+                own.add(f"<base>{base}")
+    return names
+
+
+def has(names: dict[str, set[str]], cls: str, attr: str) -> bool:
+    """Whether class `cls` (or a class of the rooms it derives from) has `attr`."""
+    own = names.get(cls, set())
+    bases = [b.removeprefix("<base>") for b in own if b.startswith("<base>")]
+    return attr in own or any(has(names, b, attr) for b in bases)
+
+
+def test_every_name_architecture_md_gives_is_in_the_code():
+    """Each `Class.member`, `name` and `path.py` it names exists (`run.x`: the run's part x)."""
+    names = defined_names()
+    files = [str(p.relative_to(ROOT)) for p in modules()]
+    wrong = []
+    for token in re.findall(r"`([^`]+)`", (ROOT / "ARCHITECTURE.md").read_text()):
+        token = re.sub(r"\(.*\)$", "", token)  # ChartsPanel.apply(view): the method
+        if " " in token or "-" in token or token.endswith((".json", ".jsonl", "/")):
+            continue  # a command, a file of the run directory, a room (the test above)
+        if token.endswith(".py"):
+            found = any(f == token or f.endswith("/" + token) for f in files)
+        elif re.fullmatch(r"\.?[a-z_]+(\.[a-z_]+)?", token) and "." in token:
+            found = has(names, "BaseRun", token.rsplit(".", 1)[1])  # run.showcase, .knobs
+        elif "." in token:
+            cls, _, attr = token.partition(".")
+            found = has(names, cls, attr)
+        else:
+            found = token in names[""]
+        if not found:
+            wrong.append(token)
+    assert wrong == []
+
+
+def test_each_call_architecture_md_draws_for_a_metric_and_a_frame_is_made():
+    """`A.f` -> `B.g` in its last section: f's body calls g (the knob path is followed as it
+    runs: tests/viewer/test_knob_path.py)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text().split("## A metric")[1]
+    arrows = re.findall(
+        r"`([A-Z]\w*\.\w+)`(?:\s*\([^)]*\))?\s*->\s*(?=`([A-Z]\w*\.\w+)(?:\(\w*\))?`)", text
+    )
+    assert len(arrows) >= 8, arrows
+    for caller, callee in arrows:
         made = calls_made(caller)
         assert made, f"ARCHITECTURE.md names {caller}, which the code does not define"
-        assert any(callee.rpartition(".")[2] in names for names in made), (caller, callee)
+        assert any(callee.rpartition(".")[2] in calls for calls in made), (caller, callee)
+
+
+def test_architecture_md_is_one_screen():
+    lines = (ROOT / "ARCHITECTURE.md").read_text().splitlines()
+    assert len(lines) <= 50 and max(map(len, lines)) <= 100
