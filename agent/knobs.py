@@ -2,7 +2,9 @@
 
 Validation (agent/config.py for the agent's, workers/rundir/knob_record.py for the run's),
 the knob record in the run directory, the command line's help, and the window's widgets and
-labels all read this table. Adding a knob is one line here plus the line that uses its value.
+labels all read this table. Adding a knob is a line here, the Config field it sets (or the run
+setting, for the workers' layer) and its use: for a planner knob, a field of PlanKnobs
+(agent/planner.py), which TDMPC2.plan_knobs fills from the Config by name.
 """
 
 from __future__ import annotations
