@@ -350,8 +350,10 @@ def test_kill_9_of_the_whole_program_then_resume(tmp_path):
     run = tmp_path / "run"
     proc = start("--headless", *TWO_WORKERS, "--checkpoint-every", "150", "--run-dir", str(run))
     checkpoints = [run / "checkpoints" / f"worker-{w}.pt" for w in (0, 1)]
-    assert wait_for(lambda: all(c.exists() for c in checkpoints), 180)
-    time.sleep(1.0)
+    logs = [run / f"worker-{w}.jsonl" for w in (0, 1)]
+    # Killed while it trains on past its first checkpoints, once both are saved and recorded.
+    saved = lambda: all('"kind": "checkpoint"' in log.read_text() for log in logs)  # noqa: E731
+    assert wait_for(lambda: all(c.exists() for c in checkpoints) and saved(), 180)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     for w in (0, 1):

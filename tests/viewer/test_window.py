@@ -14,6 +14,8 @@ import imageio.v3 as iio
 import numpy as np
 from helpers.views import LIKE, task_view, unlike
 
+from viewer.theme import ACCENT
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--task", "cartpole-balance", "--model-size", "1", "--device", "cpu", "--workers", "2",
@@ -46,6 +48,15 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def grab_shown(x, display: str, png: Path, rect: list[int]) -> bool:
+    """Whether the slider at `rect` on the screen shows its grab (the theme's accent colour):
+    ImGui draws none while a Ctrl+click has made the slider a text entry."""
+    left, top, width, height = rect
+    x("import", "-display", display, "-window", "root", str(png))
+    pixels = iio.imread(png)[top : top + height, left : left + width, :3].astype(int)
+    return int(np.all(np.abs(pixels - np.array(ACCENT)) < 30, axis=-1).sum()) > 20
 
 
 def records(run: Path, kind: str, worker: int) -> list[dict]:
@@ -152,7 +163,9 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         )
 
         # Ctrl+click the horizon slider (ImGui's text entry), type 5, Enter: real X input.
-        left, top, width, height = rects["knob_horizon"]
+        slider = rects["knob_horizon"]
+        left, top, width, height = slider
+        assert grab_shown(x, display, tmp_path / "slider.png", slider)  # the measure
         x(
             "xdotool",
             "mousemove",
@@ -162,7 +175,13 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
             str(top + height // 2),
         )
         x("xdotool", "keydown", "ctrl", "click", "1", "keyup", "ctrl")
-        time.sleep(0.5)
+        # Typed into once it is a text entry: drawn without the slider's grab.
+        wait_for(
+            lambda: not grab_shown(x, display, tmp_path / "slider.png", slider),
+            30,
+            "the slider to turn into a text entry",
+            poll=0.05,
+        )
         x("xdotool", "key", "ctrl+a")
         x("xdotool", "type", "5")
         x("xdotool", "key", "Return")
@@ -179,11 +198,16 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         x("xdotool", "mousemove", "--window", window, "5", "5")
 
         def screenshot_after_ctrl_p() -> list[Path]:
+            """Ctrl+P, and the frame it saved within 3 s (none: pressed again)."""
             x("xdotool", "key", "--window", window, "ctrl+p")
-            time.sleep(2.0)
-            return list((run / "media").glob("screenshot-*.png"))
+            deadline = time.monotonic() + 3.0
+            while not (shots := list((run / "media").glob("screenshot-*.png"))):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            return shots
 
-        shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P")
+        shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P", poll=0)
         # The frame saved and the viewport on screen show this run's task, cartpole: not a
         # blank or uniform frame, not another task's scene.
         frame = iio.imread(shot[0])
@@ -204,19 +228,20 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         assert worker_0_blue.sum() > 50, "no data line of worker 0 in the returns chart"
 
         # --viewport replay: the newest finished episode again at 1x. The overlay says so, and
-        # screenshots a second apart show it moving (an episode here lasts 1 s, then 1 s held).
+        # screenshots show it moving (an episode here lasts 1 s, then 1 s held).
         def overlay() -> list[str]:
             return json.loads(ui_map.read_text())["texts"]["overlay"]
 
         wait_for(lambda: overlay()[0].startswith("REPLAY 1.0x"), 60, "the overlay to say replay")
         left, top, width, height = rects["viewport_draw"]
-        views = []
-        for _ in range(3):
+
+        def view() -> np.ndarray:
             x("import", "-display", display, "-window", "root", str(screen_png))
-            views.append(iio.imread(screen_png)[top : top + height, left : left + width, :3])
             assert overlay()[0].startswith("REPLAY 1.0x"), overlay()
-            time.sleep(1.0)
-        assert any(not np.array_equal(a, b) for a, b in zip(views, views[1:])), "no motion"
+            return iio.imread(screen_png)[top : top + height, left : left + width, :3]
+
+        first = view()
+        wait_for(lambda: not np.array_equal(view(), first), 10, "motion in the replay", poll=0)
 
         # A click at the timeline's left end pins the album's first episode: it loops.
         rects = json.loads(ui_map.read_text())

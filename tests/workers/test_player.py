@@ -166,7 +166,13 @@ def test_attached_run_asks_its_owner_to_pause_checkpoint_and_stop(live):
     attached.request_stop()
     assert [r.action for r in live.serve_requests()] == ["stop"]  # the owner stops itself
     attached.stop()  # only a local player (none here): the workers go on
-    time.sleep(0.5)
+    at_stop = [w["step"] for w in live.workers.progress()]
+
+    def trained_on() -> bool:
+        """Steps on past where a stop would end them (a stopping worker ends its step only)."""
+        return all(w["step"] >= s + 2 for w, s in zip(live.workers.progress(), at_stop))
+
+    assert wait_until(trained_on, timeout=60), (at_stop, live.workers.progress())
     assert all(
         w["alive"] and w["state"] not in ("stopped", "done") for w in live.workers.progress()
     )
@@ -205,7 +211,9 @@ def test_showcase_camera_and_source_change_while_playing(player):
     }
     with pytest.raises(ConfigError, match="mode must be one of auto, live, replay"):
         player.showcase.choose(mode="fast")
-    time.sleep(0.5)
+    # The frame after the one taken now is rendered after the refusals: it still shows (1, 1).
+    taken = info(player)["sequence"]
+    assert wait_until(lambda: info(player)["sequence"] != taken, timeout=30, poll=0.01)
     assert (info(player)["camera"], info(player)["source"]) == (1, 1)
 
     player.showcase.choose(camera=-1, source=-1)  # MuJoCo's free camera, the merged weights
@@ -354,9 +362,17 @@ def test_the_showcase_replays_a_workers_finished_episode_at_real_speed(player):
         assert wait_until(lambda: info(player)["sequence"] != taken, timeout=30, poll=0.01)
         return info(player), time.monotonic()
 
+    def moved_on(first: dict) -> bool:
+        """Half a second of poses played since `first` (25 agent steps), or it ended (held,
+        looped or other weights): a pair of frames whose speed can be measured, or none."""
+        now = info(player)
+        ended = now["step"] < first["step"] or now["weights_step"] != first["weights_step"]
+        return now["step"] >= first["step"] + 25 or now["step"] >= EPISODE or ended
+
     measured = []
     for _ in range(6):  # a pair of frames inside one episode (it plays 4 s, then 1 s held)
-        (first, t_first), _ = fresh(), time.sleep(1.0)
+        first, t_first = fresh()
+        assert wait_until(lambda first=first: moved_on(first), timeout=30, poll=0.01)
         later, t_later = fresh()
         assert later["replay"] == 1 and later["replay_worker"] == 0
         assert later["replay_length"] == EPISODE and later["step"] <= EPISODE

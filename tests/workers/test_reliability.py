@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from dataclasses import replace
 
 import pytest
@@ -42,6 +41,7 @@ from workers.rundir.records import (
     Stop,
 )
 from workers.rundir.requests import RequestLog
+from workers.training.disk_guard import DISK_RETRY_S
 
 
 def test_killed_worker_is_noticed_at_once_restarted_and_merges_again(tmp_path, monkeypatch):
@@ -440,7 +440,9 @@ def test_a_full_disk_pauses_training_until_space_is_freed(small_disk):
         before = [json.loads(line) for line in _lines(log)]  # every line whole
         ckpt = checkpoint_path(run.path, 0)
         kept = load_checkpoint(ckpt)[0]["step"]  # the newest complete checkpoint stays
-        time.sleep(3)  # still paused: it tried again and failed
+        # Still paused once it tried again and failed (each try sets the heartbeat anew).
+        tried = run.workers.progress()[0]["heartbeat"]
+        assert wait_until(lambda: run.workers.progress()[0]["heartbeat"] > tried, timeout=30)
         assert run.workers.progress()[0]["state"] == "disk full"
         assert run.workers.progress()[0]["step"] == blocked["step"]
 
@@ -454,5 +456,5 @@ def test_a_full_disk_pauses_training_until_space_is_freed(small_disk):
     after = [json.loads(line) for line in _lines(log)]
     assert after[: len(before)] == before
     resumed = [r for r in after if r["kind"] == "disk_resumed"]
-    assert len(resumed) == 1 and resumed[0]["paused_s"] >= 3
+    assert len(resumed) == 1 and resumed[0]["paused_s"] >= DISK_RETRY_S  # through a retry
     assert load_checkpoint(ckpt)[0]["step"] > kept

@@ -112,6 +112,7 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
     run = Run.create(tmp_path / "run", tiny(100_000), settings)
     run.start()
     assert wait_until(lambda: (run.path / "merge" / "merged.pt").exists(), timeout=180)
+    run.pause()  # the nice-19 player gets the cores: its CPU budget is lifted (test_player.py)
     with pytest.raises(ConfigError, match="frame size"):
         run.showcase.start(height=4, width=4)
     run.showcase.choose(mode="live")  # the planner acting (auto would replay on this CPU budget)
@@ -123,17 +124,26 @@ def test_showcase_player_renders_merged_policy_into_shared_memory(tmp_path):
     shown = unlike(frame, cartpole, block=1)  # rendered at this size: pixel by pixel
     assert shown < LIKE, shown  # the run's task: not a blank frame, not another task's
     assert info["weights_round"] >= 1
-    assert wait_until(
-        lambda: any(
-            isinstance(e, ShowcaseEpisode) for e in run.new_events() if e.worker == "player"
-        ),
-        timeout=120,
-    )
+    # Rendering paused while the newest frame waits untaken (the player draws none until it is
+    # taken: none is being drawn), then taken: from now on a frame is wanted, and none comes.
+    complete = lambda seq: seq > info["sequence"] and seq % 2 == 0  # noqa: E731
+    assert wait_until(lambda: complete(run.showcase.frame_sequence()), timeout=60, poll=0.01)
     run.showcase.pause_rendering()
-    time.sleep(1.0)
-    seq = run.showcase.read_frame()[1]["sequence"]
-    time.sleep(1.0)
-    assert run.showcase.read_frame()[1]["sequence"] == seq, "rendering did not pause"
+    _, last = run.showcase.read_frame()
+    # A whole episode played after that frame's is recorded (the player plays on), and drew
+    # no frame though at least 50 steps would each have drawn one at up to 30 a second.
+    episodes: list[int] = []
+
+    def next_episode_recorded() -> bool:
+        episodes.extend(
+            e.episode
+            for e in run.new_events()
+            if isinstance(e, ShowcaseEpisode) and e.worker == "player"
+        )
+        return max(episodes, default=-1) > last["episode"]
+
+    assert wait_until(next_episode_recorded, timeout=120, poll=0.05), episodes
+    assert run.showcase.frame_sequence() == last["sequence"], "rendering did not pause"
     run.stop()
     assert all(w["state"] == "stopped" for w in run.workers.progress())
 
