@@ -5,18 +5,22 @@ reference, with the same weights, batch and random draws, leaving the agent as i
 The check brings its own weights (every tensor drawn at random, the zero-initialised heads
 too, so that values and Qs differ), Adam state (as at a run's first update), batch and
 observations; `check_fast_path` runs agent/self_check.py's `decide` with them and puts the
-agent on the path it chose.
+agent on the path it chose. Over 300 lines because how each path is set up to be compared and
+how the agent is put back are one procedure, read together.
 
-- An eager path runs on small shapes (a batch of at most 32, a plan of at most 64 samples, all
-  of them elites so that the plan's mean is a smooth function of the values) with random
-  streams of the check's seeds and dropout off (a pack draws its masks over all workers at
-  once), against one eager float32 agent per worker with the same seeds.
+- An eager path runs on small shapes (a batch of at most 32, a plan of at most 64 samples, a
+  quarter of them elites, so that the top-k is compared) with random streams of the check's
+  seeds and dropout off (a pack draws its masks over all workers at once), against one eager
+  float32 agent per worker with the same seeds. Where the path rounds its matmuls (bf16, TF32
+  on CUDA) all samples are elites: a near-tie at the k-th value, settled by the rounding, would
+  swap an elite and jump the plan's mean (by 0.1-0.6 under bf16, up to 0.2 under TF32).
 - A compiled path runs on the training shapes and knobs, so the check's compile is the one
   training uses: a graph is compiled for its shapes, and compiling takes minutes. Its draws are
   the agent's own (dropout on), replayed eagerly from the same generator state (the agent
   compiles with Inductor's fallback_random for this); its reference is the same pack's eager
   update and plan. With CUDA graphs it runs three times with other inputs (warm-up, record,
-  replay) and the replay is compared, the call where a graph could read a stale tensor.
+  replay) and the replay is compared, the call where a graph could read a stale tensor. Its
+  plan has training's elites, so under TF32 it may meet such a near-tie (not measured on a GPU).
 """
 
 from __future__ import annotations
@@ -32,14 +36,20 @@ import torch
 from agent.agent import TDMPC2, Batch
 from agent.layers import Layer
 from agent.noise import PackNoise
-from agent.self_check import FastPath, Outputs, Verdict, decide, ladder
+from agent.self_check import PLAIN, FastPath, Outputs, Verdict, decide, ladder
 
 CHECK_SEED = 20_241_130  # the check's weights, batch and streams (any fixed number)
 EAGER_BATCH, EAGER_SAMPLES, EAGER_ENVS = 32, 64, 2
+EAGER_ELITES = 1 / 4  # of the samples, where both sides compute in float32
 GRAPH_CALLS = 3  # CUDA graphs: warm-up, record, replay
 
 
 State = dict[str, torch.Tensor]
+
+
+def tf32_matmuls(agent: TDMPC2) -> bool:
+    """Whether the agent's float32 matmuls run in TF32 (on CUDA: agent.py's matmul_precision)."""
+    return agent.device.type == "cuda" and torch.get_float32_matmul_precision() != "highest"
 
 
 def check_weights(state: State, seed: int = CHECK_SEED) -> State:
@@ -122,7 +132,8 @@ class AgentProbe:
         self.agent, self.seed = agent, seed
         self.weights = check_weights(agent.model.state_dict(), seed)
         self.compile_seconds = 0.0
-        self._plain: Outputs | None = None
+        self.tf32 = tf32_matmuls(agent)
+        self._plain: dict[int, Outputs] = {}  # by the number of elites
 
     # the agent as it was ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -179,19 +190,26 @@ class AgentProbe:
     def _seeds(self) -> list[int]:
         return [self.seed + 1 + k for k in range(self.agent.pack)]
 
-    def _small(self, agent: TDMPC2) -> None:
-        """The eager check's plan: few samples, all of them elites (the mean a smooth function
-        of the values), half of them the policy's (the mean moves with the observations and
-        the networks), drawn within 0.5 of the previous mean (it moves with that too; at the
-        usual 2 most draws are clamped to +-1)."""
+    def _elites(self, path: FastPath) -> int:
+        """The eager check's elites for `path` (see the module's docstring)."""
+        samples = min(self.agent.cfg.num_samples, EAGER_SAMPLES)
+        if path.bf16 or self.tf32:
+            return samples
+        return max(1, round(samples * EAGER_ELITES))
+
+    def _small(self, agent: TDMPC2, elites: int) -> None:
+        """The eager check's plan: few samples, `elites` of them elites, half of them the
+        policy's (the mean moves with the observations and the networks), drawn within 0.5 of
+        the previous mean (it moves with that too; at the usual 2 most draws are clamped to
+        +-1)."""
         samples = min(agent.cfg.num_samples, EAGER_SAMPLES)
-        agent.set_knobs(num_samples=samples, num_elites=samples, num_pi_trajs=samples // 2)
+        agent.set_knobs(num_samples=samples, num_elites=elites, num_pi_trajs=samples // 2)
         agent.cfg = dataclasses.replace(agent.cfg, max_std=max(agent.cfg.min_std, 0.5))
 
     # the probe ---------------------------------------------------------------------------
     def pair(self, path: FastPath) -> tuple[Outputs, Outputs]:
         if path.mode == "eager":
-            return self._eager(path), self.plain()
+            return self._eager(path), self.plain(path)
         return self._compiled(path)
 
     def _eager(self, path: FastPath) -> Outputs:
@@ -202,12 +220,14 @@ class AgentProbe:
             a.use_path(path)
             self._load(a)
             self._draws(a, self._seeds())
-            self._small(a)
+            self._small(a, self._elites(path))
             return step(a, inputs)
 
-    def plain(self) -> Outputs:
-        """The plain path's outputs: one eager float32 agent per worker (made once)."""
-        if self._plain is None:
+    def plain(self, path: FastPath = PLAIN) -> Outputs:
+        """The plain path's outputs to compare `path`'s with: one eager float32 agent per
+        worker, planning with `path`'s elites (made once for each number of elites)."""
+        elites = self._elites(path)
+        if elites not in self._plain:
             a = self.agent
             inputs = check_inputs(a, min(a.cfg.batch_size, EAGER_BATCH), EAGER_ENVS, self.seed)
             with self.kept():  # its construction seeds torch's global generator
@@ -219,11 +239,11 @@ class AgentProbe:
                     lone.pi_optim.state.clear()
                     self._load(lone, worker=k)
                     self._draws(lone, [seed])
-                    self._small(lone)
+                    self._small(lone, elites)
                     parts.append(step(lone, inputs.worker(k)))
                     lone.cfg = cfg
-            self._plain = Outputs.join(parts)
-        return self._plain
+            self._plain[elites] = Outputs.join(parts)
+        return self._plain[elites]
 
     def _compiled(self, path: FastPath) -> tuple[Outputs, Outputs]:
         a = self.agent
@@ -253,7 +273,9 @@ def check_fast_path(agent: TDMPC2, asked: str = "auto", can_split: bool = True) 
     start = agent.path if asked == "auto" else dataclasses.replace(agent.path, mode=asked)
     if asked not in ("auto", "eager"):
         start = dataclasses.replace(start, threads=False)  # a compiled pack is batched
-    verdict = decide(ladder(start, asked != "auto", can_split), AgentProbe(agent), asked != "auto")
+    probe = AgentProbe(agent)
+    by_hand = asked != "auto"
+    verdict = decide(ladder(start, by_hand, can_split), probe, by_hand, tf32=probe.tf32)
     verdict = dataclasses.replace(verdict, asked=asked)
     if not verdict.path.split:
         agent.use_path(verdict.path)

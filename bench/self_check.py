@@ -13,7 +13,7 @@ from dataclasses import asdict, replace
 import torch
 
 from agent.agent import TDMPC2
-from agent.check_probe import CHECK_SEED, AgentProbe, check_fast_path
+from agent.check_probe import CHECK_SEED, AgentProbe, check_fast_path, tf32_matmuls
 from agent.config import Config
 from agent.envs import env_of
 from agent.self_check import Outputs, tolerance
@@ -104,6 +104,6 @@ def gap_benchmark(cfg: Config, workers: int, seeds: int) -> dict:
         "workers": workers,
         "path": path.describe(),
         "seeds": seeds,
-        "tolerance": asdict(tolerance(path)),
+        "tolerance": asdict(tolerance(path, tf32_matmuls(agent))),
         "largest": {k: float(f"{v:.3g}") for k, v in largest.items()},
     }

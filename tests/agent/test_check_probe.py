@@ -10,9 +10,11 @@ import pytest
 import torch
 from conftest import random_batch, tiny_config
 from helpers.faults import fake_compile, mix_up_workers
+from helpers.tf32 import TF32Matmuls
 
 import agent.agent as agent_module
 import agent.check_probe as check_probe
+import agent.planner as planner
 from agent.agent import TDMPC2
 from agent.check_probe import AgentProbe, check_fast_path, check_inputs, check_weights
 from agent.layers import Layer
@@ -252,7 +254,8 @@ def test_an_episodic_pack_in_bf16_agrees_termination_loss_compared():
 
 def test_the_eager_check_draws_from_its_own_streams_without_dropout_on_small_shapes(monkeypatch):
     """Dropout off (a pack draws its masks over all workers at once), the check's own seeds,
-    and a small plan: at most 64 samples, all elites, half the policy's, drawn within 0.5."""
+    and a small plan: at most 64 samples, a quarter of them elites in float32 (all in bf16),
+    half the policy's, drawn within 0.5."""
     seen = []
     real = check_probe.step
 
@@ -273,11 +276,13 @@ def test_the_eager_check_draws_from_its_own_streams_without_dropout_on_small_sha
         return real(agent, inputs)
 
     monkeypatch.setattr(check_probe, "step", watched)
-    cfg = dataclasses.replace(tiny_config(), num_samples=100, num_elites=10, batch_size=48)
+    cfg = dataclasses.replace(
+        tiny_config(), num_samples=100, num_elites=10, batch_size=48, bf16=False
+    )
     agent = TDMPC2(cfg, OBS, ACT, seeds=[1, 2])
     probe = AgentProbe(agent, seed=70)
     probe.pair(agent.path)
-    small = (64, 64, 32, 0.5, {0.0})
+    small = (64, 16, 32, 0.5, {0.0})
     assert seen[0] == (*small, [71, 72], 32)  # the pack
     assert seen[1:] == [(*small, [71], 32), (*small, [72], 32)]  # one lone agent per worker
     assert {layer.dropout for layer in agent.model.modules() if isinstance(layer, Layer)} == {
@@ -285,6 +290,10 @@ def test_the_eager_check_draws_from_its_own_streams_without_dropout_on_small_sha
         cfg.dropout,
     }  # restored: dropout on the Qs' first layer, none elsewhere
     assert (agent.cfg.num_samples, agent.cfg.max_std) == (100, cfg.max_std)
+    seen.clear()  # bf16: every sample an elite (its rounding would settle near-ties at the k-th)
+    bf16 = TDMPC2(dataclasses.replace(cfg, bf16=True), OBS, ACT, seeds=[1, 2])
+    AgentProbe(bf16, seed=70).pair(bf16.path)
+    assert len(seen) == 3 and {elites for _, elites, *_ in seen} == {64}
 
 
 def test_the_plain_path_is_float32_whatever_the_agent_computes_in():
@@ -389,3 +398,69 @@ def test_compiling_draws_random_numbers_with_pytorchs_kernels(monkeypatch):
     monkeypatch.setattr(torch, "compile", fake_compile(None))
     TDMPC2(tiny_config(), OBS, ACT).use_path(FastPath("compile"))
     assert torch._inductor.config.fallback_random is True
+
+
+def _wrong_top_k_in_a_pack(monkeypatch):
+    """A batched pack whose top-k takes the worst sequences as elites, best first as the right
+    ones come (so that with every sample an elite it is the right top-k); a lone agent's is
+    right."""
+    real = planner.elites
+
+    def elites(value, num_elites, temperature):
+        if value.shape[0] == 1:
+            return real(value, num_elites, temperature)
+        worst = value.topk(num_elites, dim=-1, largest=False).indices.flip(-1)
+        return worst, torch.softmax(temperature * value.gather(-1, worst), dim=-1)
+
+    monkeypatch.setattr(planner, "elites", elites)
+
+
+def test_a_wrong_top_k_of_the_elites_is_caught(monkeypatch):
+    # The eager check's plan has fewer elites than samples in float32: with every sample an
+    # elite, any top-k picks them all and the plan is the same.
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)  # a batched pack, as on a GPU
+    agent = TDMPC2(dataclasses.replace(tiny_config(), bf16=False), OBS, ACT, seeds=[1, 2])
+    assert [t.outcome for t in check_fast_path(agent).trials] == ["agrees"]
+    _wrong_top_k_in_a_pack(monkeypatch)
+    verdict = check_fast_path(agent)
+    assert [t.outcome for t in verdict.trials] == ["disagrees", "split"]
+    assert verdict.trials[0].detail.startswith(("plan mean of worker", "action of worker"))
+
+
+class _Recorded(AgentProbe):
+    """The probe, keeping what each path it compared gave."""
+
+    def __init__(self, agent, seed):
+        super().__init__(agent, seed)
+        self.pairs = {}
+
+    def pair(self, path):
+        self.pairs[path] = super().pair(path)
+        return self.pairs[path]
+
+
+@pytest.mark.parametrize("fault", ["perturb", "stale"])
+def test_under_tf32_a_sound_pack_is_kept_and_faults_are_still_caught(fault, monkeypatch):
+    # On CUDA both sides of the check run float32 matmuls in TF32 (agent.py's
+    # matmul_precision), emulated here. A batched pack against lone agents is the arithmetic
+    # in another order, which TF32's rounding can turn into another elite drawn as the action
+    # (float32's bound on the action refused the sound pack), but not a loss 1 % off (CUDA
+    # graphs that perturb it) or a stale input.
+    monkeypatch.setattr(torch, "compile", fake_compile(fault))
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)
+    monkeypatch.setattr(check_probe, "tf32_matmuls", lambda agent: True)
+    probes = []
+    seed = check_probe.CHECK_SEED + 2  # where the rounding reorders two near-tied elites
+    monkeypatch.setattr(
+        check_probe, "AgentProbe", lambda a: probes.append(_Recorded(a, seed)) or probes[-1]
+    )
+    cfg = dataclasses.replace(tiny_config(), bf16=False, iterations=6, batch_size=16)
+    agent = TDMPC2(cfg, 24, 6, seeds=[1, 2])
+    agent.use_path(FastPath("graphs", pack=2))  # as a CUDA agent starts
+    with TF32Matmuls():
+        verdict = check_fast_path(agent)
+    # The eager pack (each compiled path's reference) agrees, the faulty graphs do not.
+    assert [t.outcome for t in verdict.trials] == ["disagrees", "agrees"], verdict.line()
+    assert verdict.path == FastPath("compile", pack=2) == agent.path
+    fast, plain = probes[0].pairs[FastPath("eager", pack=2)]
+    assert (fast.action - plain.action).abs().max() > 0.1  # sharp: another elite was drawn

@@ -12,6 +12,7 @@ from agent.self_check import (
     BF16,
     FLOAT32,
     PLAIN,
+    TF32,
     FastPath,
     Outputs,
     Tolerance,
@@ -191,7 +192,7 @@ def _moved(base: Outputs, **changes) -> Outputs:
     return out
 
 
-@pytest.mark.parametrize("tol", [FLOAT32, BF16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("tol", [FLOAT32, TF32, BF16], ids=["float32", "tf32", "bf16"])
 @pytest.mark.parametrize("loss", ["total_loss", "pi_loss"])
 def test_a_loss_fails_just_past_its_tolerance(tol: Tolerance, loss: str):
     plain = outputs()
@@ -208,7 +209,7 @@ def test_a_loss_fails_just_past_its_tolerance(tol: Tolerance, loss: str):
     assert f"{loss} of worker 1" in found.detail
 
 
-@pytest.mark.parametrize("tol", [FLOAT32, BF16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("tol", [FLOAT32, TF32, BF16], ids=["float32", "tf32", "bf16"])
 def test_each_workers_weight_change_fails_just_past_its_tolerance(tol: Tolerance):
     plain = outputs()
     for factor, agrees in ((0.98, True), (1.02, False)):
@@ -223,7 +224,7 @@ def test_each_workers_weight_change_fails_just_past_its_tolerance(tol: Tolerance
     assert found.detail.startswith("weights' change of worker 0")
 
 
-@pytest.mark.parametrize("tol", [FLOAT32, BF16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("tol", [FLOAT32, TF32, BF16], ids=["float32", "tf32", "bf16"])
 def test_the_plan_mean_fails_just_past_its_tolerance_and_the_action_where_compared(tol):
     plain = outputs()
     for part, allowed in (("mean", tol.mean), ("action", tol.action)):
@@ -235,7 +236,7 @@ def test_the_plan_mean_fails_just_past_its_tolerance_and_the_action_where_compar
                 return x
 
             found = compare(_moved(plain, **{part: nudge}), plain, tol)
-            expected = factor < 1 or allowed is None  # bf16: the drawn action is not compared
+            expected = factor < 1 or allowed is None  # bf16, TF32: the action is not compared
             assert found.agrees == expected, (part, factor, found)
     assert tol.action is not None or BF16.action is None
 
@@ -324,3 +325,21 @@ def test_what_disagrees_is_named():
     assert found.detail == "action of worker 0: 1 apart (allowed 0.001)"
     assert FastPath("graphs").describe() == "compiled with CUDA graphs, float32"
     assert SPLIT.describe() == "one process per worker" and SPLIT.label == SPLIT.describe()
+
+
+def test_float32_under_tf32_does_not_compare_the_drawn_action():
+    # On CUDA float32 matmuls run in TF32 (on both sides): a rounding there reorders near-tied
+    # elites, and the plan draws another one; the losses, weights and plan mean still count.
+    assert tolerance(EAGER_PACK, tf32=True) is TF32 and tolerance(CPU_PACK, tf32=True) is BF16
+    assert tolerance(EAGER_PACK) is FLOAT32 and TF32.mean == 10 * FLOAT32.mean
+
+    class OtherElite(FakeProbe):
+        def pair(self, path):
+            fast, reference = super().pair(path)
+            fast.action = -reference.action
+            return fast, reference
+
+    assert decide(ladder(EAGER_PACK), OtherElite({})).path == SPLIT
+    assert decide(ladder(EAGER_PACK), OtherElite({}), tf32=True).path == EAGER_PACK
+    verdict = decide(ladder(EAGER_PACK), OtherElite({EAGER_PACK: "perturb"}), tf32=True)
+    assert verdict.path == SPLIT and "total_loss of worker" in verdict.trials[0].detail
