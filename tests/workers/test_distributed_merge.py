@@ -1,9 +1,14 @@
 """The torch.distributed merge: gloo on loopback, one process per rank."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import free_port
+from conftest import ROOT, free_port
 
 from workers.merging.collective import NOT_FINITE, DistributedMergeBackend, init_group
 from workers.merging.files import average_states
@@ -102,3 +107,50 @@ def test_a_rank_with_weights_that_are_not_finite_is_left_out_and_takes_the_mean(
         assert result.participants == [0, 1, 3] and result.left_out == {2: NOT_FINITE}
         torch.testing.assert_close(result.merged["layer.weight"], expected["layer.weight"])
     assert torch.isfinite(found[1].merged["layer.weight"]).all()  # reset from the mean
+
+
+# A rank's life in a fresh interpreter (nothing of torch.distributed imported yet): it joins
+# its group, builds its agent (whose first optimizer imports torch._dynamo, which imports
+# torch.distributed.nn) and leaves the group; then the threads it still runs.
+RANK_LIFE = textwrap.dedent(
+    """
+    import os
+    import torch.distributed as dist
+    from agent.agent import TDMPC2
+    from agent.config import make_config
+    from workers.merging.collective import init_group
+
+    init_group("cpu", timeout_s=30)
+    TDMPC2(make_config(1, device="cpu", task="cartpole-balance"), 5, 1)
+    dist.destroy_process_group()
+    for task in sorted(os.listdir("/proc/self/task")):
+        print(open(f"/proc/self/task/{task}/comm").read().strip())
+    """
+)
+
+
+def test_a_rank_that_leaves_its_group_keeps_none_of_gloos_threads():
+    """Once a rank destroyed its group, gloo's threads (and its store's) are gone: a group
+    still held (by torch.distributed.nn's default arguments, imported after the group was
+    made) keeps them to the interpreter's shutdown, which at times aborts the rank
+    (std::terminate, exit -6). Only a fresh interpreter shows what the first import of
+    torch._dynamo holds."""
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RANK_LIFE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    threads = done.stdout.split()
+    assert threads and not [t for t in threads if "gloo" in t or "tcpstore" in t], threads

@@ -120,6 +120,9 @@ def run_rank(args: argparse.Namespace) -> int:
         worker_main(links, pause=threading.Event(), stop=threading.Event())
         try:
             forward_records(path, mine, settings.workers)  # the last records: stop, checkpoint
+            # No rank leaves the group (destroys it, exits) while another may still be in a
+            # collective with it: the last gather ends on rank 0 after the others have sent.
+            dist.barrier()
         except RuntimeError:  # a rank died (gloo: connection closed): torchrun ends the job
             print(
                 f"rank {rank} stopped with a checkpoint; another rank of the job is gone "

@@ -46,7 +46,17 @@ def init_group(
 
     The group's keys go under a prefix of torchrun's restart count: after an elastic restart
     the ranks meet in the same store, and without it they would read the addresses of the
-    ranks that died and fail to connect (seen with gloo on torch 2.13)."""
+    ranks that died and fail to connect (seen with gloo on torch 2.13).
+
+    torch.distributed.nn is imported before the group exists: its functions take
+    `group=group.WORLD` as a default argument, evaluated at import, and torch._dynamo imports
+    it (the first torch.optim.Adam imports torch._dynamo). Imported after the group was made,
+    those defaults hold the group for good: destroy_process_group then leaves gloo's group and
+    its threads to the interpreter's shutdown, which at times aborts the rank ("terminate
+    called without an active exception", exit -6: a torchrun job that trained to its end
+    failing). Imported first, they hold None."""
+    import torch.distributed.nn  # noqa: F401  (see above: before init_process_group)
+
     if torch.device(device).type == "cuda":
         torch.cuda.set_device(device)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
