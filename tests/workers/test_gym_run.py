@@ -17,10 +17,12 @@ SLIDE = "helpers.slide_env:Slide-v0"
 
 def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_path):
     # A short rail: an untrained policy falls off it in most episodes (on the default rail of
-    # 1, a run of 300 steps may see no fall at all).
+    # 1, a run of 300 steps may see no fall at all). Seed 159: worker 0's first episode (random
+    # seed-step actions) falls off on its 40th step, the time limit's: terminated and truncated
+    # at once, a termination.
     """A user's env (`module:EnvId`) trains in two merging spawned workers; its terminations
-    reach the episodes and the checkpointed buffer. Only worker processes show the user's module
-    imported by a fresh interpreter."""
+    reach the episodes and the checkpointed buffer, a fall on the time limit's step included.
+    Only worker processes show the user's module imported by a fresh interpreter."""
     cfg = tiny(
         300,
         task=SLIDE,
@@ -29,6 +31,7 @@ def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_pat
         episode_length=40,
         episodic=True,
         seed_steps=80,
+        seed=159,
     )
     run = Run.create(
         tmp_path / "run", cfg, RunSettings(workers=2, merge_every=100, merge_timeout_s=120)
@@ -38,14 +41,38 @@ def test_a_users_env_trains_in_two_merging_workers_with_its_terminations(tmp_pat
     assert [w["state"] for w in run.workers.progress()] == ["done", "done"]
     for worker in (0, 1):
         episodes = events(run, Episode, worker)
-        ended = [e for e in episodes if e.terminated]
-        assert ended and all(e.length < 40 for e in ended)  # fell off: before the time limit
-        assert all(e.length == 40 for e in episodes if not e.terminated)
+        assert any(e.terminated for e in episodes)
+        buffer = load_state(checkpoint_path(run.path, worker))["buffer"]
+        check_terminations(episodes, buffer, limit=40)
         merges = events(run, Merge, worker)
         assert len(merges) >= 2 and all(m.participants == (0, 1) for m in merges)
-        # The buffer knows which episodes ended in a terminal state: one row per such episode.
-        buffer = load_state(checkpoint_path(run.path, worker))["buffer"]
-        assert int(buffer["terminated"].sum()) == len(ended)
+    first = events(run, Episode, 0)[0]
+    assert (first.length, first.terminated) == (40, True), "the seed's fall on the last step"
+
+
+def check_terminations(episodes: list[Episode], buffer: dict, limit: int) -> None:
+    """A worker's episode records against its checkpointed buffer (episode i of the records is
+    the buffer's episode i): an episode ends in a termination exactly where the Slide env fell
+    off its rail (its reward -1 on that step, any other step's in [0, 1]), at any length up to
+    the time limit (a fall on the limit's own step is a termination too); every other episode
+    is cut by the time limit. One terminal row in the buffer per terminated episode it holds."""
+    ids, terminal, reward = buffer["episode"], buffer["terminated"][:, 0], buffer["reward"][:, 0]
+    assert int(ids.max()) == len(episodes) - 1, "a record for each episode of the buffer"
+    oldest, held = int(ids[ids >= 0].min()), 0
+    for number, episode in enumerate(episodes):
+        assert episode.length <= limit
+        if not episode.terminated:
+            assert episode.length == limit, "only a fall ends an episode before the time limit"
+        rows = set((ids == number).nonzero()[:, 0].tolist())
+        if not rows:  # the oldest episodes may have left the ring
+            continue
+        # Whole, or the oldest one held, its first rows overwritten: its last is kept.
+        assert len(rows) == episode.length + 1 or number == oldest, (number, episode)
+        last = next(r for r in rows if (r + 1) % len(ids) not in rows)
+        fell = float(reward[last]) == -1.0
+        assert episode.terminated == fell == bool(terminal[last]), (number, episode)
+        held += episode.terminated
+    assert int(terminal.sum()) == held
 
 
 def test_inverted_pendulum_runs_merges_checkpoints_and_resumes(tmp_path):
