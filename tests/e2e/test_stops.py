@@ -16,7 +16,7 @@ import torch
 from conftest import TINY_FLAGS, start_program, wait_until
 from conftest import tiny_run as tiny
 
-from workers.host.signals import children_ignore_ctrl_c
+from workers.host.signals import child_signals, children_ignore_ctrl_c
 from workers.merging.files import FileMergeBackend, MergeCancelled
 from workers.run.owner import Run, RunSettings
 from workers.rundir.paths import checkpoint_path
@@ -54,7 +54,14 @@ def spawned_children(pid: int) -> list[int]:
 
 
 def _note_sigint(ignored) -> None:
-    ignored.value = int(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+    """1 when a Ctrl+C cannot reach Python in this new process: SIGINT blocked from its start,
+    and ignored (no longer blocked) once child_signals has run."""
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    child_signals()
+    let_through = signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ignored.value = int(
+        blocked and let_through and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    )
 
 
 @pytest.fixture
@@ -89,8 +96,37 @@ def test_children_start_with_ctrl_c_ignored(thread, python_ctrl_c):
     assert ignored.value == 1
     # This process's Ctrl+C is as it was.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)  # runs this process's handler before it returns
+
+
+@pytest.mark.parametrize("taken_by", ["the starting thread", "another thread"])
+def test_a_ctrl_c_while_children_start_is_acted_on_once_they_have(python_ctrl_c, taken_by):
+    """A Ctrl+C in the moment a worker starts is held, not lost (the program would train on
+    until pressed again): it waits in the starting thread's blocked mask, or another thread of
+    this process takes it (then the main thread's handler runs in the middle of the start)."""
+    go, done = threading.Event(), threading.Event()
+
+    def ctrl_c_to_itself() -> None:  # a thread started before, which does not block SIGINT
+        go.wait(60)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # its C handler runs now
+        done.set()
+
+    other = threading.Thread(target=ctrl_c_to_itself, daemon=True)
+    if taken_by == "another thread":
+        other.start()
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with children_ignore_ctrl_c():
+            if taken_by == "another thread":
+                go.set()
+                assert done.wait(60)
+            else:
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            reached.append(taken_by)  # a handler would have run by now, raising before this
+    assert reached == [taken_by]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_merge_wait_ends_when_a_stop_is_asked_for(tmp_path):

@@ -2,15 +2,14 @@
 
 Ctrl+C in a terminal sends SIGINT to the whole process group: the program's own process and
 every worker and showcase process it started. Only the program's process acts on it: it stops
-the children itself, each writing its checkpoint. So children ignore SIGINT from their first
-instruction (inherited at their start: see children_ignore_ctrl_c) and treat SIGTERM, which a
-service manager sends to every process of the group, as a request for the same clean stop.
+the children itself, each writing its checkpoint. So SIGINT cannot reach a child before it
+ignores it (blocked from its start: see children_ignore_ctrl_c), and children treat SIGTERM,
+which a service manager sends to every process of the group, as a request for the same clean
+stop.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import signal
 import sys
 import threading
@@ -33,58 +32,38 @@ class StopFlag:
 
 
 def child_signals() -> StopFlag:
-    """In a child process: leave Ctrl+C to the parent; SIGTERM sets the returned flag, which
-    the child reads as a request to stop cleanly."""
+    """In a child process: leave Ctrl+C to the parent (ignored, then let through: one that
+    came while the child started is dropped, see children_ignore_ctrl_c); SIGTERM sets the
+    returned flag, which the child reads as a request to stop cleanly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     flag = StopFlag()
     signal.signal(signal.SIGTERM, lambda signum, frame: flag.set())
     return flag
 
 
-_SIG_IGN = 1  # the C value of SIG_IGN
-
-
-def _sigaction(signum: int, handler: bytes | None) -> bytes | None:
-    """Linux: swap the C-level disposition of `signum` (any thread may); returns the old
-    struct sigaction. None when libc cannot be used this way."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    old = ctypes.create_string_buffer(256)  # larger than struct sigaction on any Linux
-    new = None
-    if handler is not None:
-        new = ctypes.create_string_buffer(handler, 256)
-    if libc.sigaction(signum, new, old) != 0:
-        return None
-    return old.raw
-
-
 @contextmanager
 def children_ignore_ctrl_c() -> Iterator[None]:
-    """Processes started inside ignore SIGINT from their start: a disposition of SIG_IGN is
-    what a new process inherits (a Python handler is not), and Python then installs no
-    KeyboardInterrupt of its own, so a child interrupted while it still imports torch prints
-    nothing either. Outside the main thread (the window starts its runs from a worker thread)
-    the C-level disposition is swapped and restored, keeping Python's handler as it was.
-    The disposition is the whole process's: a Ctrl+C in the milliseconds a start takes is
-    lost to this process too (pressed again, it stops the run)."""
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        return
-    ignore = _SIG_IGN.to_bytes(ctypes.sizeof(ctypes.c_void_p), sys.byteorder)
-    old = _sigaction(signal.SIGINT, ignore)
+    """Processes started inside never see a Ctrl+C before they choose to ignore it, and this
+    process loses none. The starting thread blocks SIGINT: a new process inherits that mask
+    across exec, so a Ctrl+C to the group waits in it, unseen, until child_signals ignores it
+    (and a child interrupted while it still imports torch prints nothing). Here, a Ctrl+C meanwhile
+    is held and given to this process's own handler once the start is done (in the main
+    thread; elsewhere, as the window starts its runs, the main thread takes it as usual)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    handler = (
+        signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if main else None
+    )
     try:
         yield
     finally:
-        if old is not None:
-            _sigaction(signal.SIGINT, old)
+        if main:  # None: a handler not set from Python; the default is the closest
+            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # one pending here is taken now
+        if held:  # one that another thread took while the start went on
+            signal.raise_signal(signal.SIGINT)
 
 
 class StopSignals:
