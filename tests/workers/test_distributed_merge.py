@@ -1,6 +1,7 @@
 """The torch.distributed merge: gloo on loopback, one process per rank."""
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,9 @@ def rank_main(rank: int, port: int, broken: int, pack: bool, results) -> None:
         if rank == broken:
             state = {**state, "layer.weight": state["layer.weight"] * float("inf")}
         result = backend.merge(7, state, members, step=100 * rank)
-        results.put((rank, result))
+        # By value: a queued tensor is otherwise shared through this process, which may be
+        # gone when the test reads it.
+        results.put((rank, pickle.dumps(result)))
     finally:
         dist.destroy_process_group()
 
@@ -59,7 +62,9 @@ def run_ranks(broken: int, pack: bool = True) -> dict:
     ]
     for p in procs:
         p.start()
-    found = dict(results.get(timeout=60) for _ in procs)
+    found = {
+        rank: pickle.loads(result) for rank, result in (results.get(timeout=60) for _ in procs)
+    }
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
