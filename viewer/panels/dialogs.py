@@ -39,7 +39,8 @@ slider shows the value the workers run with now until all have applied it.
 Ctrl+click a slider to type a value; values outside the range cannot be entered.
 
 Run > Start a race...: the workers split into lanes with their own knobs and
-merge pools; the race table ranks them by the return gathered per wall-second.
+merge pools; the race table ranks them by their training return, normalised
+between the race's start and its top and averaged over the race's training time.
 "set for" above the knobs: one lane, or all; Promote lane ends the race.
 
 Run > Make a montage: 8 episodes the workers kept (the album), from early to
