@@ -13,8 +13,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TDMPC2_LIVE_NO_BOOTSTRAP", "1")
-# Two intra-op threads as on the CI machine; tests/mutate.sh runs one test process per core.
-torch.set_num_threads(int(os.environ.get("TDMPC2_LIVE_TEST_THREADS", "2")))
+# One intra-op thread per test process where pytest runs two of them (tests/run.sh: -n 2, one
+# per core), else two as on the CI machine; tests/mutate.sh runs one test process per core.
+THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
+torch.set_num_threads(int(os.environ.get("TDMPC2_LIVE_TEST_THREADS", THREADS)))
 
 from agent.config import make_config  # noqa: E402
 from workers.rundir.directory import RunDir  # noqa: E402
@@ -161,3 +163,9 @@ def events(run, kind: type[Record], worker: int | None = None) -> list[Record]:
             log = RunDir(run.path, metrics=f"worker-{index}.jsonl")
             found += [replace(r, worker=index) for r in log.read_metrics(kind)]
     return found
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first: with two test processes (pytest -n 2) one of them starts the
+    learning check at once and the other takes the rest meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
