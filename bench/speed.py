@@ -142,8 +142,9 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         "plan_ms": round(plan_ms, 3),
         "env_step_ms": round(env_ms, 4),
         "agent_steps_per_s": round(1000 / (step_ms + env_ms), 2),
-        "update_gflop": round(update_flops / 1e9, 2),
-        "plan_gflop": round(plan_flops / 1e9, 2),
+        # Three significant digits: a tiny model's update is a few MFLOP, not 0.
+        "update_gflop": float(f"{update_flops / 1e9:.3g}"),
+        "plan_gflop": float(f"{plan_flops / 1e9:.3g}"),
         "achieved_gflop_per_s": round((update_flops + plan_flops) / (step_ms * 1e6), 1),
         "matmul_gflop_per_s": round(rate, 1),
         "fraction_of_matmul_rate": round(floor_ms / step_ms, 3),

@@ -54,8 +54,11 @@ def random_batch(cfg, obs_dim: int, action_dim: int, seed: int = 0):
 
 
 def tiny_run(steps: int, **overrides):
-    """tiny_config with short episodes, for runs of a few hundred agent steps."""
+    """tiny_config with short episodes and a planning horizon of 1 (a third less work per agent
+    step than 3: what these runs test is the processes around the agent), for runs of a few
+    hundred agent steps."""
     base = dict(
+        horizon=1,
         episode_length=50,
         seed_steps=100,
         eval_episodes=1,
@@ -86,6 +89,7 @@ TINY_FLAGS = [
     "--num-elites=4",
     "--num-pi-trajs=2",
     "--iterations=1",
+    "--horizon=1",
     "--episode-length=50",
     "--seed-steps=100",
     "--eval-episodes=1",

@@ -324,7 +324,9 @@ def test_damaged_run_records_are_one_clear_error_naming_the_file(tmp_path, capsy
         Run.attach(run.path)
     (run.path / "run.json").write_text(settings)
     config = run.path / "config.json"
-    config.write_text(config.read_text().replace('"horizon": 3', '"horizon": "three"'))
+    horizon = f'"horizon": {run.cfg.horizon}'
+    assert horizon in config.read_text()
+    config.write_text(config.read_text().replace(horizon, '"horizon": "three"'))
     with pytest.raises(UserError, match="config.json is damaged .*restore it from a backup"):
         Run.resume(run.path)
     config.write_text("")
