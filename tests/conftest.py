@@ -76,11 +76,14 @@ def tiny_run(steps: int, **overrides):
     return tiny_config(**{**base, **overrides})
 
 
-# tiny_run's settings as command-line flags, for tests that start launch.py.
+# tiny_run's settings as command-line flags, for tests that start launch.py: float32 as
+# tiny_run (the command line's default is bf16 where the CPU has a bf16 unit, which makes a
+# tiny model slower and a worker's start-up check it), the same on every host.
 TINY_FLAGS = [
     "--task=cartpole-balance",
     "--model-size=1",
     "--device=cpu",
+    "--no-bf16",
     "--mlp-dim=32",
     "--enc-dim=16",
     "--latent-dim=16",
