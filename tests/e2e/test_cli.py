@@ -27,6 +27,22 @@ def launch(*args, timeout=300, **kwargs):
     )
 
 
+def batch(argvs: list[list[str]]) -> subprocess.CompletedProcess:
+    """Every argv given to launch.py's program in one process (tests/helpers/cli_batch.py)."""
+    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "helpers" / "cli_batch.py")],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def assert_clean_error(result, *words):
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
@@ -36,32 +52,55 @@ def assert_clean_error(result, *words):
         assert word in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["--task", "walker-fly"], ["unknown task", "walker-walk"]),
-        (["--task", "CartPole-v1"], ["needs continuous Box actions", "Discrete(2)"]),
-        (["--task", "no_such_pkg:Arm-v0"], ["cannot import 'no_such_pkg'"]),
-        (["--task", "Hopper-v5", "--env-kwargs", "[1]"], ["env_kwargs must be a JSON object"]),
-        (["--task", "Hopper-v5", "--env-kwargs", '{"wings": 2}'], ["Hopper-v5", "wings"]),
-        (["--model-size", "3"], ["model_size", "1, 5, 19, 48"]),
-        (["--horizon", "0"], ["horizon", "[1, 16]"]),
-        (["--num-samples", "99999"], ["num_samples"]),
-        (["--steps", "0"], ["steps"]),
-        (["--steps", "-5"], ["steps"]),
-        (["--fast-path", "bogus"], ["fast_path must be auto, graphs, compile or eager", "bogus"]),
-        (["--device", "cpu", "--fast-path", "graphs"], ["--fast-path graphs", "auto", "eager"]),
-        (
-            ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
-            ["device"],
-        ),
-    ],
-)
-def test_bad_input_gives_one_clear_error(args, words, tmp_path):
+BAD_INPUT = [
+    (["--task", "walker-fly"], ["unknown task", "walker-walk"]),
+    (["--task", "CartPole-v1"], ["needs continuous Box actions", "Discrete(2)"]),
+    (["--task", "no_such_pkg:Arm-v0"], ["cannot import 'no_such_pkg'"]),
+    (["--task", "Hopper-v5", "--env-kwargs", "[1]"], ["env_kwargs must be a JSON object"]),
+    (["--task", "Hopper-v5", "--env-kwargs", '{"wings": 2}'], ["Hopper-v5", "wings"]),
+    (["--model-size", "3"], ["model_size", "1, 5, 19, 48"]),
+    (["--horizon", "0"], ["horizon", "[1, 16]"]),
+    (["--num-samples", "99999"], ["num_samples"]),
+    (["--steps", "0"], ["steps"]),
+    (["--steps", "-5"], ["steps"]),
+    (["--fast-path", "bogus"], ["fast_path must be auto, graphs, compile or eager", "bogus"]),
+    (["--device", "cpu", "--fast-path", "graphs"], ["--fast-path graphs", "auto", "eager"]),
+    (
+        ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
+        ["device"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input(tmp_path_factory):
+    """Each of BAD_INPUT's argv given to launch.py's program in one process (tests/helpers/
+    cli_batch.py): one interpreter start for all of them, not one each."""
+    base = tmp_path_factory.mktemp("bad")
+    argvs = [
+        ["--headless", *args, "--run-dir", str(base / f"r{i}")]
+        for i, (args, _) in enumerate(BAD_INPUT)
+    ]
+    results = json.loads(batch(argvs).stdout)
+    return [
+        subprocess.CompletedProcess(argv, code, "", err)
+        for argv, (code, err) in zip(argvs, results)
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=lambda i: " ".join(BAD_INPUT[i][0]))
+def test_bad_input_gives_one_clear_error(bad_input, case):
+    """Bad flags: exit code 2 and one `error:` line, no traceback. What a terminal gets at
+    import is the real processes' of test_bad_input_in_a_process_prints_nothing_else."""
+    assert_clean_error(bad_input[case], *BAD_INPUT[case][1])
+    assert not Path(bad_input[case].args[-1]).exists()  # nothing written
+
+
+def test_bad_input_in_a_process_prints_nothing_else(tmp_path):
     """Only launch.py run as a process shows what a user's terminal gets for bad input: exit code
     2 and one `error:` line on stderr, no traceback, nothing else printed at import."""
-    result = launch("--headless", *args, "--run-dir", str(tmp_path / "run"))
-    assert_clean_error(result, *words)
+    args, words = BAD_INPUT[0]
+    assert_clean_error(launch("--headless", *args, "--run-dir", str(tmp_path / "run")), *words)
 
 
 def test_a_users_env_module_that_raises_at_import_is_one_line(tmp_path):
@@ -80,28 +119,34 @@ def test_a_users_env_module_that_raises_at_import_is_one_line(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize(
-    "lanes, words",
-    [
-        (["speed=2", "iterations=2"], ["'speed' is not a live knob"]),
-        (["iterations=99", "iterations=2"], ["lane 0", "iterations must be in [1, 32]"]),
-        (["iterations=", "iterations=2"], ["iterations must be a number"]),
-        (["iterations", "iterations=2"], ["not KEY=VALUE"]),
-        (["iterations=1", "iterations=2", "iterations=3"], ["3 lanes need at least 3"]),
-        (["iterations=1"], ["at least 2 lanes"]),
-        (["num_elites=64", "iterations=2"], ["num_elites"]),
-        (["workers=2", "workers=1,merge=off"], ["add up to 3 workers and the run has 2"]),
-        (["workers=0", "iterations=2"], ["workers must be a whole number of at least 1"]),
-        (["merge=maybe", "iterations=2"], ["merge must be on or off, got 'maybe'"]),
-    ],
-)
-def test_a_bad_lane_is_one_clear_error_and_writes_nothing(lanes, words, tmp_path):
-    """Bad --lane values: exit 2 and one line, and no run directory left behind: only the program
-    run as a process shows that its start-up checks come before its first write."""
-    flags = [f"--lane={lane}" for lane in lanes]
-    result = launch("--headless", *TINY, "--workers", "2", *flags, "--run-dir", str(tmp_path / "r"))
-    assert_clean_error(result, *words)
-    assert not (tmp_path / "r").exists()
+BAD_LANES = [
+    (["speed=2", "iterations=2"], ["'speed' is not a live knob"]),
+    (["iterations=99", "iterations=2"], ["lane 0", "iterations must be in [1, 32]"]),
+    (["iterations=", "iterations=2"], ["iterations must be a number"]),
+    (["iterations", "iterations=2"], ["not KEY=VALUE"]),
+    (["iterations=1", "iterations=2", "iterations=3"], ["3 lanes need at least 3"]),
+    (["iterations=1"], ["at least 2 lanes"]),
+    (["num_elites=64", "iterations=2"], ["num_elites"]),
+    (["workers=2", "workers=1,merge=off"], ["add up to 3 workers and the run has 2"]),
+    (["workers=0", "iterations=2"], ["workers must be a whole number of at least 1"]),
+    (["merge=maybe", "iterations=2"], ["merge must be on or off, got 'maybe'"]),
+]
+
+
+def test_bad_lanes_are_one_clear_error_each_and_write_nothing(tmp_path):
+    """Bad --lane values: exit 2 and one line, and no run directory left behind: its start-up
+    checks come before its first write (one process for all of them, tests/helpers/cli_batch.py;
+    the first also as a process of its own)."""
+    argvs = [
+        ["--headless", *TINY, "--workers", "2", *(f"--lane={lane}" for lane in lanes)]
+        for lanes, _ in BAD_LANES
+    ]
+    runs = [tmp_path / f"r{i}" for i in range(len(argvs))]
+    results = json.loads(batch([[*a, "--run-dir", str(r)] for a, r in zip(argvs, runs)]).stdout)
+    for (code, err), (_, words) in zip(results, BAD_LANES):
+        assert_clean_error(subprocess.CompletedProcess([], code, "", err), *words)
+    assert_clean_error(launch(*argvs[0], "--run-dir", str(runs[0])), *BAD_LANES[0][1])
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_merging_experiment_is_one_command_whose_lanes_give_the_workers(tmp_path):
