@@ -334,12 +334,14 @@ def test_paused_training_lifts_the_showcase_budget(player):
     """With training paused the player process plays more than 3x the steps it plays under its
     CPU budget while training runs: only real processes competing for the cores show the budget
     lifted."""
+    player.showcase.choose(mode="live")  # auto mode would turn a budgeted slow player to a replay
     free = steps_played(player, 3.0)
     player.resume_training()
     try:
         budgeted = steps_played(player, 3.0)
     finally:
         player.pause()
+        player.showcase.choose(mode="auto")
     assert free > 3 * budgeted, (free, budgeted)
     assert budgeted > 0, "the free time was charged to the budget afterwards"
 
