@@ -330,20 +330,31 @@ def steps_played(run: Run, seconds: float) -> int:
 
 
 def test_paused_training_lifts_the_showcase_budget(player):
-    # the fixture paused training: the player may use the free cores
     """With training paused the player process plays more than 3x the steps it plays under its
-    CPU budget while training runs: only real processes competing for the cores show the budget
-    lifted."""
+    CPU budget while training runs, and the free time is not charged to the budget when
+    training resumes: only real processes competing for the cores show the budget lifted. The
+    player runs at nice 19, so under the other tests' load a 3 s window may find no core free:
+    free play is measured again (up to a minute) until one does."""
     player.showcase.choose(mode="live")  # auto mode would turn a budgeted slow player to a replay
-    free = steps_played(player, 3.0)
-    player.resume_training()
     try:
-        budgeted = steps_played(player, 3.0)
+        budgeted = steps_while_training(player)
+        windows = []
+        assert wait_until(
+            lambda: windows.append(steps_played(player, 3.0)) or windows[-1] > 3 * budgeted,
+            timeout=60,
+        ), (windows, budgeted)
+        assert steps_while_training(player) > 0, "the free time was charged to the budget"
     finally:
-        player.pause()
         player.showcase.choose(mode="auto")
-    assert free > 3 * budgeted, (free, budgeted)
-    assert budgeted > 0, "the free time was charged to the budget afterwards"
+
+
+def steps_while_training(run: Run) -> int:
+    """Steps the player plays in 3 s while training runs (under its CPU budget)."""
+    run.resume_training()
+    try:
+        return steps_played(run, 3.0)
+    finally:
+        run.pause()
 
 
 def test_the_showcase_replays_a_workers_finished_episode_at_real_speed(player):
