@@ -90,6 +90,6 @@ def race_history(run_dir: str, minutes: list[float]) -> str:
     parts = []
     for at in [*minutes, None]:
         title = "at the end" if at is None else f"{at:g} minutes into the race"
-        table = race_of(path, record, None, cfg.task, cfg.resolved_seed_steps, at_minutes=at)
+        table = race_of(path, record, None, cfg, at_minutes=at)
         parts.append(f"{title}:\n{table or '(no race yet)'}")
     return "\n\n".join(parts)

@@ -20,7 +20,7 @@ WORKERS = {
     "merging": {"rundir"},
     "training": {"host", "rundir", "merging"},
     "showcase": {"host", "rundir"},
-    "race": {"host", "rundir", "merging"},
+    "race": {"host", "rundir"},
     "run": {"host", "rundir", "merging", "training", "showcase", "race"},
     "cli": {"host", "rundir", "merging", "training", "showcase", "race", "run"},
 }

@@ -30,6 +30,7 @@ from workers.door import (
     OpenShowcase,
     check_race,
     lane_source,
+    race_top,
     served_notice,
     sharing,
     source_album,
@@ -92,15 +93,16 @@ class Controller:
         """A button's callback that sends `command` (Dear PyGui's arguments are ignored)."""
         return lambda *_: self.send(command)
 
-    def race_problem(self, lanes: list[Lane]) -> str | None:
-        """Why the run cannot race in `lanes` now (None: it can). Reads settings only."""
+    def race_problem(self, lanes: list[Lane], replicas: int = 1) -> str | None:
+        """Why the run cannot race in `lanes`, `replicas` times each, now (None: it can).
+        Reads settings only."""
         run = self._run
         if run is None:
             return "no run: start one first"
         if run.race.record().lanes:
             return "a race is on: promote a lane to end it first"
         try:
-            check_race(run.settings, lanes)
+            check_race(run.settings, lanes, replicas)
         except UserError as err:
             return str(err)
         return None
@@ -179,8 +181,8 @@ class Controller:
         published = published_curve(run.cfg.task, run.cfg.action_repeat)
         self._published_note = published_note(run.cfg, published is not None)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
-        if published is not None:  # the race table's thresholds are fractions of its end
-            self._model.race.published_final = float(published[1][-1])
+        # The race table's thresholds are fractions of the published end where it applies.
+        self._model.race.published_final, self._model.race.top_note = race_top(run.cfg)
         self._phase = "running"
         verb = run.wording.opened
         count = f"{workers} worker{'s' * (workers != 1)}"
@@ -240,15 +242,16 @@ class Controller:
         version, requested = run.knobs.values()  # damaged: the last good values
         merges, knob_marks, _ = model.marks(o.wall_axis)
         record = run.race.record()
-        merging = [n for n in range(len(record.lanes)) if record.merges(n)]  # lanes with a mean
+        merging = [n for n in range(len(record.lanes)) if record.merges(n)]  # copies with a mean
+        model.replicas = record.replicas
         showcase = run.showcase.settings()
-        race, returns = None, model.return_lines(o.wall_axis, o.smoothing)
+        race, returns, bands = None, model.return_lines(o.wall_axis, o.smoothing), {}
         table = model.race.table(record, in_run, time.time()) if record.lanes else None
         if table is not None:
-            race = RaceView(len(record.lanes), table, sharing(run.settings, run.cfg, record))
+            race = RaceView(record.race_lanes, table, sharing(run.settings, run.cfg, record))
             start = model.race.start_time(record)
             if o.by_lane and start is not None:
-                returns = model.lane_lines(table.rows, o.wall_axis, start)
+                returns, bands = model.lane_lines(table.rows, o.wall_axis, start)
         self.view = View(
             **base,
             task=run.cfg.task,
@@ -264,6 +267,7 @@ class Controller:
             if self._phase == "running"
             else None,
             returns=returns,
+            bands=bands,
             speed=model.speed_lines(o.wall_axis),
             losses=model.loss_lines(o.loss, o.wall_axis, o.smoothing),
             distances=model.distance_lines(o.wall_axis),
@@ -278,7 +282,7 @@ class Controller:
             cameras=self._cameras,
             sources=["merged"]
             + [model.worker_label(w) for w in range(run.settings.workers)]
-            + [f"lane {n} merged" for n in merging],
+            + [f"{record.pool_name(n)} merged" for n in merging],
             source_ids=[-1, *range(run.settings.workers)] + [lane_source(n) for n in merging],
             source=showcase["source"],
             showcase_mode=showcase["mode"],

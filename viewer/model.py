@@ -101,6 +101,7 @@ class RunModel:
     # Refused knob records: knob (None: the whole record unreadable) -> (version, text).
     knob_errors: dict = field(default_factory=dict)
     lane_of: dict[int, int | None] = field(default_factory=dict)  # as each worker applied last
+    replicas: int = 1  # the race's copies of each lane (lane_of holds each worker's copy)
     race: RaceTracker = field(default_factory=RaceTracker)
     _merge_rounds: set = field(default_factory=set)
     _knob_versions: set = field(default_factory=set)
@@ -195,23 +196,39 @@ class RunModel:
     def _line(self, series: Series, wall_axis: bool, weight: float, max_points: int):
         return chart_line(series, wall_axis, weight, max_points, self.start_time or 0.0)
 
+    def lane_text(self, worker: int) -> str | None:
+        """The lane (and with replicas the replica) `worker` applied last: "1", "1 r2"."""
+        pool = self.lane_of.get(worker)
+        if pool is None:
+            return None
+        if self.replicas <= 1:
+            return str(pool)
+        return f"{pool // self.replicas} r{pool % self.replicas}"
+
     def worker_label(self, worker: int) -> str:
-        lane = self.lane_of.get(worker)
+        lane = self.lane_text(worker)
         if worker == self.control_worker:
             return f"worker {worker} (control)"
         return f"worker {worker}" + ("" if lane is None else f" (lane {lane})")
 
-    def lane_lines(self, rows: list[LaneRow], wall_axis: bool, race_start: float) -> dict:
-        """One line per lane in a race: its smoothed return (the race table's), against wall
-        time from the run's start or the lane's mean agent step."""
+    def lane_lines(
+        self, rows: list[LaneRow], wall_axis: bool, race_start: float
+    ) -> tuple[dict, dict]:
+        """One line per lane in a race: its smoothed return (the race table's; with replicas
+        their mean), against wall time from the run's start or the lane's mean agent step;
+        and with replicas each lane's band, (xs, lowest, highest) of its replicas."""
         offset = race_start - (self.start_time or race_start)
-        lines = {}
+        lines, bands = {}, {}
         for row in sorted(rows, key=lambda r: r.lane):
-            xs = (
-                [t + offset for t, _, _ in row.curve] if wall_axis else [s for _, s, _ in row.curve]
-            )
+            if wall_axis:
+                xs = [t + offset for t, _, _ in row.curve]
+            else:
+                xs = [s for _, s, _ in row.curve]
             lines[f"lane {row.lane}"] = (xs, [v for _, _, v in row.curve])
-        return lines
+            if row.band:
+                lows, highs = [lo for _, lo, _ in row.band], [hi for *_, hi in row.band]
+                bands[f"lane {row.lane} replicas"] = (xs, lows, highs)
+        return lines, bands
 
     def return_lines(self, wall_axis: bool, weight: float, max_points: int = 2000) -> dict:
         """Episode return per worker, eval return (mean over workers) and the showcase's."""
@@ -263,7 +280,7 @@ class RunModel:
             rows.append(
                 {
                     "worker": self.worker_label(w),
-                    "lane": "-" if self.lane_of.get(w) is None else str(self.lane_of[w]),
+                    "lane": self.lane_text(w) or "-",
                     "state": state,
                     "step": f"{int(p.get('step', 0)):,}",
                     "speed": f"{p.get('steps_per_s', 0.0):.1f}/s",
@@ -278,17 +295,23 @@ class RunModel:
         self, requested: dict, progress: list[dict], record: KnobRecord | None = None
     ) -> list[KnobRow]:
         """Requested value of each knob versus what each worker applied last; in a race
-        (`record` with lanes) also each lane's value, and what its workers run with now."""
+        (`record` with lanes) also each lane's value, and what its workers (every replica's)
+        run with now."""
         rows = []
-        lanes = record.lanes if record is not None else ()
+        lanes = []
+        if record is not None:
+            for n in range(record.race_lanes):
+                copies = record.copies(n)
+                workers = [w for c in copies for w in record.lanes[c]]
+                lanes.append((copies[0], workers))
         for name, label in window_knobs().items():
             if name not in requested:
                 continue
             applied = [self.applied.get(p["worker"], {}).get(name) for p in progress]
             error = self.knob_errors.get(name, self.knob_errors.get(None, (None, None)))[1]
             per_lane, lane_requested = [], []
-            for n, workers in enumerate(lanes):
-                value = record.lane_values[n][name]
+            for first, workers in lanes:
+                value = record.lane_values[first][name]
                 lane_requested.append(value)
                 now = {self.applied.get(w, {}).get(name) for w in workers} - {None}
                 text = _number(value)

@@ -53,7 +53,7 @@ def line_colour(label: str) -> tuple[int, ...]:
         return theme.SHOWCASE_COLOUR
     if label.startswith("published"):
         return theme.PUBLISHED_COLOUR
-    match = re.search(r"worker (\d+)", label)
+    match = re.search(r"(?:worker|lane) (\d+)", label)
     index = int(match.group(1)) if match else 0
     return theme.WORKER_COLOURS[index % len(theme.WORKER_COLOURS)]
 
@@ -65,6 +65,7 @@ class LinePlot:
         self.lines: Lines = {}
         self._series: dict[str, int | str] = {}
         self._themes: dict[str, int] = {}
+        self._bands: set[str] = set()  # labels of shaded bands among the series
         with dpg.plot(tag=self.plot, height=height, width=-1, anti_aliased=True):
             dpg.add_plot_legend(location=dpg.mvPlot_Location_North, horizontal=True, outside=True)
             self.x_axis = dpg.add_plot_axis(dpg.mvXAxis, label="agent steps (per worker)")
@@ -82,6 +83,18 @@ class LinePlot:
 
     def set_x_label(self, label: str) -> None:
         dpg.configure_item(self.x_axis, label=label)
+
+    def _band_for(self, label: str) -> int | str:
+        """A shaded band (a lane's replicas), in its lane's colour, see-through."""
+        if label not in self._series:
+            tag = dpg.add_shade_series([], [], y2=[], label=label, parent=self.y_axis)
+            self._bands.add(label)
+            colour = (*line_colour(label)[:3], 60)
+            with dpg.theme() as band_theme, dpg.theme_component(dpg.mvShadeSeries):
+                dpg.add_theme_color(dpg.mvPlotCol_Fill, colour, category=dpg.mvThemeCat_Plots)
+            dpg.bind_item_theme(tag, band_theme)
+            self._series[label] = tag
+        return self._series[label]
 
     def _series_for(self, label: str) -> int | str:
         if label not in self._series:
@@ -115,15 +128,20 @@ class LinePlot:
         extra: Lines | None = None,
         merges: list[float] | None = None,
         knobs: list[float] | None = None,
+        bands: dict | None = None,
     ) -> None:
         """New data for every line; `extra` lines (the published reference) do not steer
-        autoscale, so a curve published to 1M steps does not squash a run at 5k."""
+        autoscale, so a curve published to 1M steps does not squash a run at 5k. `bands`:
+        label -> (xs, lows, highs), shaded."""
         every = {**lines, **(extra or {})}
         self.lines = every
         for label, (xs, ys) in every.items():
             dpg.set_value(self._series_for(label), [xs, ys])
-        for label in set(self._series) - set(every):
-            dpg.set_value(self._series[label], [[], []])
+        for label, (xs, lows, highs) in (bands or {}).items():
+            dpg.set_value(self._band_for(label), [xs, lows, highs])
+        for label in set(self._series) - set(every) - set(bands or {}):
+            empty = [[], [], []] if label in self._bands else [[], []]
+            dpg.set_value(self._series[label], empty)
         dpg.set_value(self.merges, [merges or []])
         dpg.set_value(self.knobs, [knobs or []])
         limits = axis_limits(lines, extra or {}) if autoscale else None

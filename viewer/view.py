@@ -51,6 +51,7 @@ class View:
     knob_version: int = -1
     startup: tuple[float, str] | None = None
     returns: dict = field(default_factory=dict)
+    bands: dict = field(default_factory=dict)  # a race's replicas: label -> (xs, lows, highs)
     speed: dict = field(default_factory=dict)
     losses: dict = field(default_factory=dict)
     distances: dict = field(default_factory=dict)

@@ -32,8 +32,16 @@ from workers.cli.presets import (
 from workers.host.precision import describe_precision
 from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
 from workers.race.control import MAX_LANES, check_race, sharing
-from workers.race.table import LaneRow, RaceTable, RaceTracker
-from workers.race.text import level_text, race_of, reached_text, row_cells, summary_lines
+from workers.race.rows import LaneRow, RaceTable
+from workers.race.table import RaceTracker
+from workers.race.text import (
+    level_text,
+    race_of,
+    race_top,
+    reached_text,
+    row_cells,
+    summary_lines,
+)
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -156,6 +164,7 @@ __all__ = [
     "lane_source",
     "level_text",
     "race_of",
+    "race_top",
     "parse_lane",
     "reached_text",
     "row_cells",

@@ -65,6 +65,12 @@ BAD_INPUT = [
     (["--steps", "-5"], ["steps"]),
     (["--fast-path", "bogus"], ["fast_path must be auto, graphs, compile or eager", "bogus"]),
     (["--device", "cpu", "--fast-path", "graphs"], ["--fast-path graphs", "auto", "eager"]),
+    (["--replicas", "0", "--lane=iterations=1", "--lane="], ["--replicas must be at least 1"]),
+    (["--replicas", "3"], ["--replicas copies a race's lanes", "--lane"]),
+    (
+        ["--workers", "5", "--lane=workers=2", "--lane=workers=1", "--replicas", "2"],
+        ["times 2 replicas 6, and the run has 5", "--workers must be"],
+    ),
     (
         ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
         ["device"],

@@ -78,6 +78,10 @@ class FakeTrainer:
         """Worker k's networks, a copy."""
         return {name: t.clone() for name, t in self.agent.model_state(k).items()}
 
+    def set_weights(self, k: int, state: dict[str, torch.Tensor]) -> None:
+        """Worker k's networks from `state` (as if it had trained on)."""
+        self.agent.load_model_state(self.agent.checked_model_state(state), [k])
+
     @classmethod
     def close_all(cls) -> None:
         """Close the metrics files of every trainer made (after a test)."""
@@ -146,6 +150,10 @@ class FakeProcess:
             if not self.is_alive():
                 self._ender.close()
         return self._sentinel
+
+    def set_weights(self, k: int, state: dict[str, torch.Tensor]) -> None:
+        """Worker k's networks from `state` (as if it had trained on)."""
+        self.agent.load_model_state(self.agent.checked_model_state(state), [k])
 
     @classmethod
     def close_all(cls) -> None:

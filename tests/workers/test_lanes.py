@@ -78,9 +78,13 @@ def test_a_layout_that_does_not_fit_the_run_is_refused():
         (((0, 1), (1, 2)), [0, 1, 2], "worker 1 is in two lanes"),
         (((0,), (2,)), [0, 1, 2], "worker 1 of the run is in no lane"),
         (((0, 1), ()), [0, 1], "lane 1 has no worker"),
+        (((0, 1, 2),), [0, 1, 2], "a race needs at least 2 lanes, and the record has 1 lane"),
     ]:
         with pytest.raises(ConfigError, match=message):
             check_layout(lanes, 3, merging)
+    check_layout(((0,), (1,), (2,), (3,)), 4, [0, 1, 2, 3], replicas=2)
+    with pytest.raises(ConfigError, match="at least 2 lanes in 2 replicas each"):
+        check_layout(((0,), (1,), (2,)), 3, [0, 1, 2], replicas=2)
 
 
 def test_the_knob_record_races_changes_one_lane_promotes_and_survives_damage(tmp_path):
@@ -219,30 +223,42 @@ def test_two_lanes_of_two_merge_apart_run_their_own_knobs_and_promote(tmp_path):
     assert any(p & {0, 1} and p & {2, 3} for p in joined)  # one pool: the lanes merge together
 
 
-def test_lanes_survive_resume_and_attach_and_a_killed_worker_restarts_into_its_lane(tmp_path):
-    """Lanes survive a SIGKILL of a worker (restarted into its lane, from its own checkpointed
-    buffer), an attach and a resume. Only a real killed process shows the monitor's restart
-    finding its lane again."""
-    settings = RunSettings(workers=2, merge_every=30, checkpoint_every=60, max_restarts=1)
-    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
-    run = Run.create(tmp_path / "run", tiny(400), settings, lanes=lanes)
+def test_replicas_survive_resume_and_attach_and_a_killed_pack_restarts_into_its_replica(tmp_path):
+    """--lane workers=2,iterations=1 --lane workers=1,iterations=2,merge=off --replicas 2, in
+    packs of 2: each replica merges only within itself; a SIGKILL of replica 1's pack restarts
+    it into that replica (from its own checkpointed buffer and that replica's merged weights);
+    an attach and a resume keep the replicas. Only real processes show the monitor's restart
+    finding its replica again."""
+    settings = RunSettings(
+        workers=6, pack=2, replicas=2, merge_every=30, checkpoint_every=60, max_restarts=1
+    )
+    lanes = [Lane({"iterations": 1}, size=2), Lane({"iterations": 2}, size=1, merges=False)]
+    run = Run.create(tmp_path / "run", tiny(300), settings, lanes=lanes)
+    pools = ((0, 1), (2, 3), (4,), (5,))  # lane 0 replicas 0 and 1, lane 1 replicas 0 and 1
+    assert run.race.record().lanes == pools and run.race.record().replicas == 2
     run.monitor.restart_backoff_s = 0.1
     run.start()
-    assert wait_until(lambda: run.workers.progress()[1]["step"] >= 130, timeout=300)
-    assert Run.attach(run.path).race.record().lanes == ((0,), (1,))
-    os.kill(run.workers.procs[1].process.pid, signal.SIGKILL)
-    assert wait_until(lambda: events(run, StartedFromMerged, 1), timeout=120)
-    started = events(run, StartedFromMerged, 1)[0]
-    assert started.lane == 1 and started.buffer > 0  # its own checkpointed buffer
+    assert wait_until(lambda: run.workers.progress()[2]["step"] >= 130, timeout=300)
+    attached = Run.attach(run.path).race.record()
+    assert (attached.lanes, attached.replicas) == (pools, 2)
+    os.kill(run.workers.procs[2].process.pid, signal.SIGKILL)  # the pack of workers 2 and 3
+    assert wait_until(lambda: all(events(run, StartedFromMerged, w) for w in (2, 3)), timeout=120)
+    for worker in (2, 3):
+        started = events(run, StartedFromMerged, worker)[0]
+        assert started.lane == 1 and started.buffer > 0  # replica 1 of lane 0, its own buffer
     run.workers.wait()
-    applied = events(run, KnobsApplied, 1)
-    assert applied[-1].lane == 1 and applied[-1].values["iterations"] == 2
-    resumed = Run.resume(run.path, steps=450)
-    assert resumed.race.record().lanes == ((0,), (1,))
+    for worker, mates in ((0, (0, 1)), (1, (0, 1)), (2, (2, 3)), (3, (2, 3))):
+        merges = events(run, Merge, worker)
+        assert merges and all(m.participants == mates for m in merges), (worker, merges)
+    assert not events(run, Merge, 4) and not events(run, Merge, 5)  # merge=off
+    resumed = Run.resume(run.path, steps=350)
+    assert (resumed.race.record().lanes, resumed.race.record().replicas) == (pools, 2)
     resumed.start()
     resumed.workers.wait()
-    for worker in (0, 1):
-        assert events(resumed, KnobsApplied, worker)[-1].lane == worker
+    for pool, workers in enumerate(pools):
+        for worker in workers:
+            applied = events(resumed, KnobsApplied, worker)[-1]
+            assert applied.lane == pool and applied.values["iterations"] == 1 + (pool >= 2)
 
 
 def test_an_added_worker_stays_out_of_the_mean_until_it_has_updated(tmp_path):

@@ -2,6 +2,8 @@
 agent, the file backend in a temporary run directory, and the other processes' side as the
 files they would have written (no process is started)."""
 
+import threading
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -14,7 +16,7 @@ from workers.rundir.lanes import Lane
 from workers.rundir.records import Merge, MergeSkipped, MergeStopped
 from workers.rundir.settings import RunSettings
 from workers.training.first_weights import StartState
-from workers.training.merge_rounds import MergeRounds
+from workers.training.merge_rounds import PROMOTION_ROUND, MergeRounds
 from workers.training.stop_training import StopTraining
 
 CFG = tiny_config(mlp_dim=32, enc_dim=16, latent_dim=16, num_samples=16, num_elites=4)
@@ -199,32 +201,74 @@ def test_a_race_does_not_take_merged_weights_of_another_pool(tmp_path):
     assert same(trainer.weights(0), own)
 
 
-def test_a_promotion_with_weights_gives_every_worker_the_winning_lanes(tmp_path):
+def test_a_promotion_gives_every_worker_the_winners_weights_as_they_are_then(tmp_path):
+    """Lane 0 (worker 0 here, worker 1 in another process) wins: its weights at the promotion
+    are a last merge round of its workers' current weights, not its last merged file (up to
+    merge_every steps old). Lane 1's pack, following first, waits for them; every worker takes
+    them, and worker 2 restarted later from a checkpoint of the race takes them too, though the
+    winners have trained on since."""
     layout = ((0, 1), (2, 3))
     make_run(tmp_path, CFG, RunSettings(workers=4, merge_every=30), layout, (Lane(), Lane()))
     store = KnobStore(tmp_path)
-    rounds, trainer, _ = rounds_of(tmp_path, [2, 3], (0, 1, 2, 3))  # lane 1, a pack
+    winner, winning, _ = rounds_of(tmp_path, [0], (0, 1, 2, 3))
+    loser, losing, _ = rounds_of(tmp_path, [2, 3], (0, 1, 2, 3))  # lane 1, a pack
+    for rounds in (winner, loser):
+        rounds.follow(store.read_record())
+    now = winning.weights(0)
+    stale = shifted(now, -1.0)
+    FileMergeBackend(tmp_path, [0, 1], lane=0, pool=0).publish_merged(4, stale, [0, 1], 120)
+    other = shifted(now, 0.5)  # worker 1's weights, as its process hands them in
+    FileMergeBackend(tmp_path, [0, 1], lane=0, pool=0).publish(1, PROMOTION_ROUND, other, 130)
+    version = store.promote(CFG, 0)
+    waiting = threading.Thread(target=loser.follow, args=(store.read_record(),))
+    waiting.start()
+    assert winner.follow(store.read_record())
+    waiting.join(30)
+    assert not waiting.is_alive()
+    mean = {k: (now[k] + other[k]) / 2 for k in now}
+    for weights in (winning.weights(0), losing.weights(0), losing.weights(1)):
+        assert all(torch.allclose(weights[k], mean[k]) for k in mean)
+    assert load_state(tmp_path / "merge" / f"promoted-{version}.pt")["pool"] == version
+    winning.set_weights(0, shifted(mean, 2.0))  # the winner trains on
+    restarted, again, _ = rounds_of(tmp_path, [2], (0, 1, 2, 3), start=StartState(lane=1))
+    assert restarted.follow(store.read_record())
+    assert all(torch.allclose(again.weights(0)[k], mean[k]) for k in mean)
+
+
+def test_a_promotion_that_nobody_makes_falls_back_to_the_lanes_newest_merged(tmp_path):
+    """The winning lane's workers never follow (all stopped): the others wait out the merge
+    timeout, then take the lane's newest merged weights."""
+    layout = ((0,), (1,))
+    make_run(tmp_path, CFG, RunSettings(workers=2), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    trainer = FakeTrainer(CFG, tmp_path, [1])
+    spec = worker_spec(tmp_path, CFG, 1, (0, 1), merge_timeout_s=0.5)
+    rounds = MergeRounds([spec], trainer, lambda **_: None, lambda: False)
     rounds.follow(store.read_record())
-    winner = shifted(trainer.weights(0), -1.0)
-    FileMergeBackend(tmp_path, [0, 1], lane=0, pool=0).publish_merged(4, winner, [0, 1], 120)
+    last = shifted(trainer.weights(0), 4.0)
+    FileMergeBackend(tmp_path, [0], lane=0, pool=0).publish_merged(3, last, [0], 90)
     store.promote(CFG, 0)
     assert rounds.follow(store.read_record())
-    assert same(trainer.weights(0), winner) and same(trainer.weights(1), winner)
-    assert rounds.pool_state()["lane"] is None and rounds.backend.dir == tmp_path / "merge"
+    assert same(trainer.weights(0), last)
 
 
 @pytest.mark.parametrize("weights", [True, False])
 def test_a_promotion_of_a_lane_that_never_merged_takes_its_workers_own_weights(tmp_path, weights):
+    """The promoted worker's process publishes its own weights as they are at the promotion
+    (not those of its last round); without weights every worker keeps its own."""
     layout, lanes = ((0,), (1,)), (Lane(), Lane(merges=False))
     make_run(tmp_path, CFG, RunSettings(workers=2), layout, lanes)
     store = KnobStore(tmp_path)
     rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1))
-    rounds.follow(store.read_record())
+    solo, alone, _ = rounds_of(tmp_path, [1], (0, 1))
+    for each in (rounds, solo):
+        each.follow(store.read_record())
     own = trainer.weights(0)
-    winner = shifted(own, 5.0)
-    FileMergeBackend(tmp_path, [1], lane=1, pool=0).publish(1, 4, winner)
+    winner = alone.weights(0)
+    FileMergeBackend(tmp_path, [1], lane=1, pool=0).publish(1, 4, shifted(winner, 5.0))
     store.promote(CFG, 1, weights=weights, from_worker=1 if weights else None)
     trainer.step = 130
+    assert solo.follow(store.read_record())
     assert rounds.follow(store.read_record())
     assert same(trainer.weights(0), winner if weights else own)  # values only: weights stay
     assert rounds.pool_state() == {"pool": 1, "lane": None, "pool_base": 130}

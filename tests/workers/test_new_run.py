@@ -53,6 +53,21 @@ def test_the_dialogs_control_worker_and_lanes_count_as_the_flags_do():
     assert sized.settings.workers == 3 and [lane.size for lane in sized.lanes] == [2, 1]
     shared = new_run_from_dialog(**{**DIALOG, "workers": 4}, run_dir=None, lanes="horizon=3;")
     assert shared.settings.workers == 4 and shared.lanes == [Lane({"horizon": 3}), Lane()]
+    sized = new_run_from_dialog(**DIALOG, run_dir=None, lanes="workers=2;workers=1", replicas=3)
+    assert sized.settings.workers == 9 and sized.settings.replicas == 3  # 3 x (2 + 1)
+    copies = new_run_from_dialog(
+        **{**DIALOG, "workers": 9}, run_dir=None, lanes="workers=2;", replicas=3
+    )
+    assert copies.settings.workers == 9  # the unsized lane's 3 copies share the 3 left
+    controls = new_run_from_dialog(**{**DIALOG, "control_worker": True}, replicas=2, run_dir=None)
+    assert controls.settings.workers == 5 and controls.lanes == [Lane(), CONTROL]  # 3 + 2
+
+
+def test_the_dialog_refuses_replicas_below_one_or_without_a_race():
+    with pytest.raises(UserError, match="--replicas must be at least 1"):
+        new_run_from_dialog(**DIALOG, run_dir=None, lanes="workers=1;workers=1", replicas=0)
+    with pytest.raises(UserError, match="copies a race's lanes"):
+        new_run_from_dialog(**DIALOG, run_dir=None, replicas=2)
 
 
 def test_the_dialog_refuses_a_bad_lane_or_lanes_that_do_not_fit_naming_the_lane():

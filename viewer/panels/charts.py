@@ -127,7 +127,12 @@ class ChartsPanel:
         extra = {"published TD-MPC2 (5M, 3 seeds)": view.published} if view.published else {}
         dpg.set_value("published_note", view.published_note)
         self.plots["returns"].update(
-            view.returns, autoscale, extra=extra, merges=view.merge_marks, knobs=view.knob_marks
+            view.returns,
+            autoscale,
+            extra=extra,
+            merges=view.merge_marks,
+            knobs=view.knob_marks,
+            bands=view.bands,
         )
         self.plots["speed"].update(view.speed, autoscale, merges=view.merge_marks)
         self.plots["losses"].update(view.losses, autoscale, knobs=view.knob_marks)

@@ -156,7 +156,14 @@ class DialogsPanel:
                     "A lane per ';', each KEY=VALUE,...: live knobs (iterations=2), its size\n"
                     "(workers=N; lanes without one share the workers above) and merge=off\n"
                     "(its workers never merge). When every lane gives its size, their sum is\n"
-                    "the run's workers."
+                    "the run's workers (times the replicas)."
+                )
+            dpg.add_input_int(label="replicas", tag="new_replicas", default_value=1, width=100)
+            with dpg.tooltip("new_replicas"):
+                dpg.add_text(
+                    "Every race lane this many times, each copy its own workers, seeds and\n"
+                    "merge pool (replica r of every lane on the same environment seeds): the\n"
+                    "race names a leader only when its lead holds across them."
                 )
             dpg.add_checkbox(
                 label="reduced planning for CPU (128 samples x 2 iterations)",
@@ -208,6 +215,7 @@ class DialogsPanel:
                 run_dir=dpg.get_value("new_dir").strip() or None,
                 cpu_planning=bool(dpg.get_value("new_cpu_planning")),
                 lanes=dpg.get_value("new_lanes"),
+                replicas=int(dpg.get_value("new_replicas")),
             ).create
         except Exception as err:  # bad input: shown in the dialog, nothing started
             dpg.set_value("new_error", str(err))

@@ -19,6 +19,7 @@ from viewer.view import View
 from workers.door import (
     MAX_LANES,
     Promote,
+    RaceTable,
     StartRace,
     level_text,
     parse_lane,
@@ -41,6 +42,7 @@ class RacePanel:
         self.rows = 0  # table rows built (lanes)
         self.lines = 0  # text lines the race takes below the charts (for the layout)
         self.shown = False
+        self.table: RaceTable | None = None  # the last shown (promotion takes its best replica)
 
     def build(self) -> None:
         with dpg.group(tag="race", show=False):
@@ -63,8 +65,9 @@ class RacePanel:
                     dpg.add_text(
                         "The lane's knob values for every worker, and (with its weights) its\n"
                         "merged weights, or a lane that never merged its first worker's, in\n"
-                        "place of every other worker's. The lanes become one merge pool again;\n"
-                        "without its weights the next merge averages every worker's."
+                        "place of every other worker's (with replicas: its best-scoring\n"
+                        "replica's). The lanes become one merge pool again; without its\n"
+                        "weights the next merge averages every worker's."
                     )
                 dpg.add_text("", tag="race_verdict")
                 self.styles.bind("race_verdict", "accent")
@@ -73,10 +76,12 @@ class RacePanel:
                         "score: each lane's smoothed training return, 0 at the race's starting\n"
                         "level and 1 at the top (the task's published final return, else the\n"
                         "best lane's), averaged over the race's training time (pauses and stops\n"
-                        "left out; before its first episode a lane is at 0); +- about 95 % of a\n"
-                        "bootstrap over its episodes. A lane leads when its lead is larger than\n"
-                        "the two spreads together. to X: the training time and agent steps per\n"
-                        "worker a lane needed to first reach X."
+                        "left out; before its first episode a lane is at 0). With replicas: the\n"
+                        "mean over them +- a 95 % interval, and a lane leads when its lead over\n"
+                        "the second, replica by replica, is clear of 0 (paired t). One replica:\n"
+                        "+- a bootstrap over its episodes, and no lane leads (seeds decide).\n"
+                        "to X: the training time and agent steps per worker a lane needed to\n"
+                        "first reach X."
                     )
             dpg.add_text("", tag="race_summary", wrap=0)
             self.styles.bind("race_summary", "muted")
@@ -108,6 +113,18 @@ class RacePanel:
                     show=n < 2,
                     width=380,
                 )
+            dpg.add_input_int(
+                label="replicas",
+                tag="race_replicas",
+                default_value=1,
+                width=100,
+            )
+            with dpg.tooltip("race_replicas"):
+                dpg.add_text(
+                    "Every lane this many times, each copy its own workers and merge pool: a\n"
+                    "lane leads only when its lead holds across the replicas (the workers must\n"
+                    "be the lanes' sizes times the replicas)."
+                )
             dpg.add_text("", tag="race_error", wrap=480)
             self.styles.bind("race_error", "danger")
             with dpg.group(horizontal=True):
@@ -130,7 +147,8 @@ class RacePanel:
         count = int(dpg.get_value("race_lanes"))
         try:
             lanes = [parse_lane(dpg.get_value(f"race_lane_{n}")) for n in range(count)]
-            problem = self.controller.race_problem(lanes)
+            replicas = int(dpg.get_value("race_replicas"))
+            problem = self.controller.race_problem(lanes, replicas)
         except ConfigError as err:
             dpg.set_value("race_error", str(err))
             return
@@ -138,13 +156,16 @@ class RacePanel:
             dpg.set_value("race_error", problem)
             return
         dpg.hide_item("race_dialog")
-        self.controller.send(StartRace(tuple(lanes)))
+        self.controller.send(StartRace(tuple(lanes), replicas))
 
     def _promote(self, *_) -> None:
         chosen = dpg.get_value("promote_lane")
         if chosen:
             weights = bool(dpg.get_value("promote_weights"))
-            self.controller.send(Promote(int(chosen.split()[-1]), weights))
+            lane = int(chosen.split()[-1])
+            row = next((r for r in self.table.rows if r.lane == lane), None) if self.table else None
+            replica = row.best_replica() if row is not None else 0
+            self.controller.send(Promote(lane, weights, replica))
 
     def texts(self) -> list[list[str]]:
         """The table's cells as drawn, row by row (for end-to-end tests); none when hidden."""
@@ -175,7 +196,7 @@ class RacePanel:
             if dpg.get_value("promote_lane") not in names:
                 dpg.set_value("promote_lane", names[0] if names else "")
             self.relayout()
-        table = race.table
+        table = self.table = race.table
         for n in range(THRESHOLDS):
             level = table.thresholds[n] if n < len(table.thresholds) else None
             dpg.configure_item(

@@ -204,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(--workers may be left out when every lane gives its size)",
     )
     multi.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        metavar="R",
+        help="race every lane R times (default 1), each copy with its own workers, seeds and "
+        "merge pool, replica r of every lane on the same environment seeds; the table names a "
+        "leader only when its lead holds across the replicas; e.g. --lane workers=4 --lane "
+        "workers=1,merge=off --replicas 3 (15 workers; --workers, when given, counts them all)",
+    )
+    multi.add_argument(
         "--checkpoint-every",
         type=int,
         default=RunSettings.checkpoint_every,

@@ -88,8 +88,7 @@ def _print_race(run, say: Callable[[str], None]) -> None:
     """The race table, when the run races."""
     from workers.race.text import race_of
 
-    seeds = run.cfg.resolved_seed_steps
-    table = race_of(run.path, run.race.record(), run.workers.progress(), run.cfg.task, seeds)
+    table = race_of(run.path, run.race.record(), run.workers.progress(), run.cfg)
     if table:
         say(f"race, best first:\n{table}")
 

@@ -70,6 +70,16 @@ def check_run_flags(args: argparse.Namespace) -> None:
         raise UserError("--load starts a new run: a resumed run goes on from its checkpoints")
     if args.lane and args.resume:
         raise UserError("--lane starts a race in a new run: a resumed run keeps its own lanes")
+    replicas = getattr(args, "replicas", None)
+    if replicas is not None:
+        if replicas < 1:
+            raise UserError(f"--replicas must be at least 1 (copies of every lane), got {replicas}")
+        if args.resume:
+            raise UserError("--replicas starts a race in a new run: a resumed run keeps its own")
+        if not args.lane and not getattr(args, "control_worker", False):
+            raise UserError(
+                "--replicas copies a race's lanes: give two --lane or more (or --control-worker)"
+            )
     if args.lane and "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a torchrun rank
         raise UserError(
             "--lane: a torchrun job does not race (its ranks merge in one all-reduce); race on "
@@ -93,13 +103,15 @@ def lanes_from_args(args: argparse.Namespace) -> list[Lane] | None:
 
 
 def workers_from_args(args: argparse.Namespace, lanes: list[Lane] | None, default: int) -> int:
-    """The run's workers: --workers (else `default`), a control worker on top; when every
-    lane gives its size and --workers is left out, their sum."""
-    sized = workers_for(lanes) if lanes else None
+    """The run's workers: --workers (else `default`), a control worker on top (one per
+    replica); when every lane gives its size and --workers is left out, their sum times the
+    replicas."""
+    replicas = getattr(args, "replicas", None) or 1
+    sized = workers_for(lanes, replicas) if lanes else None
     if sized is not None and args.workers is None:
         return sized
     base = default if args.workers is None else args.workers
-    return base + (1 if getattr(args, "control_worker", False) else 0)
+    return base + (replicas if getattr(args, "control_worker", False) else 0)
 
 
 def settings_from_args(
@@ -120,6 +132,7 @@ def settings_from_args(
         wandb=args.wandb,
         threads_per_worker=args.threads or 0,  # 0: workers/host/threads.py decides
         pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
+        replicas=getattr(args, "replicas", None) or 1,
     )
 
 
@@ -172,12 +185,13 @@ def new_run_from_dialog(
     run_dir: str | None,
     cpu_planning: bool,
     lanes: str = "",
+    replicas: int = 1,
 ) -> NewRun:
     """The run the window's new-run dialog asks for: the run its fields would start as flags
     (--task, --model-size, --merge-every, --control-worker, --device, --run-dir, a --lane per
-    ';' in `lanes`; every other flag at its default), training until stopped, with reduced
-    planning when `cpu_planning`. `workers` is the run's count unless every lane gives its
-    size (then their sum, as with --workers left out)."""
+    ';' in `lanes`, --replicas; every other flag at its default), training until stopped,
+    with reduced planning when `cpu_planning`. `workers` is the run's count unless every lane
+    gives its size (then their sum times the replicas, as with --workers left out)."""
     args = build_parser().parse_args([])
     vars(args).update(
         task=task,
@@ -187,6 +201,7 @@ def new_run_from_dialog(
         device=device,
         run_dir=run_dir,
         lane=lanes.split(";") if lanes.strip() else None,
+        replicas=None if replicas == 1 else replicas,  # 1: as when the flag is left out
     )
     planning = dict(CPU_PLANNING) if cpu_planning else {}
     return new_run_from_args(args, Preset(task, model_size, workers, planning), workers)
@@ -206,7 +221,7 @@ def resume_from_args(args: argparse.Namespace) -> Run:
 def checked(run: NewRun) -> NewRun:
     """`run` once its lanes fit its workers and its start weights read (UserError if not)."""
     if run.lanes:
-        check_race(run.settings, run.lanes)
+        check_race(run.settings, run.lanes, run.settings.replicas, new_run=True)
     if run.start_weights:
         read_start_weights(run.start_weights, run.cfg)
     return run

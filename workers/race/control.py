@@ -6,23 +6,26 @@ read their lane and values from it (workers/training/hooks.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from agent.config import Config
 from agent.errors import ConfigError
 from workers.host.threads import choose_threads
-from workers.merging.files import pool_weights
 from workers.rundir.knob_record import KnobStore
-from workers.rundir.lanes import Lane, Layout, check_layout, deal_lanes
+from workers.rundir.lanes import Lane, Layout, check_layout, deal_lanes, replicate
 from workers.rundir.records import KnobRecord
 from workers.rundir.settings import RunSettings, gpu_count
 
 MAX_LANES = 4  # what a window offers; the command line allows as many as there are workers
 
 
-def check_race(settings: RunSettings, lanes: Sequence[Lane]) -> Layout:
-    """The workers of each of `lanes` (sized lanes their size, the others an even share of the
-    rest), or a ConfigError saying why the run cannot race so."""
+def check_race(
+    settings: RunSettings, lanes: Sequence[Lane], replicas: int = 1, new_run: bool = False
+) -> Layout:
+    """The workers of each replica of each of `lanes` (lane l's copy r at l * replicas + r;
+    sized lanes their size, the others an even share of the rest), or a ConfigError saying why
+    the run cannot race so. `new_run`: a run created with this race packs each copy apart."""
     if settings.ranks:
         raise ConfigError(
             "a torchrun job does not race: its ranks merge in one all-reduce; race on one "
@@ -35,7 +38,19 @@ def check_race(settings: RunSettings, lanes: Sequence[Lane]) -> Layout:
             "setting give the knob's own flag",
             "lanes",
         )
-    layout = deal_lanes(settings.merging, lanes)
+    copies = replicate(lanes, replicas)
+    if replicas > 1 and None not in [lane.size for lane in lanes]:
+        sizes = sum(lane.size or 0 for lane in lanes)
+        if sizes * replicas != len(settings.merging):
+            raise ConfigError(
+                f"the lanes' sizes add up to {sizes} workers, times {replicas} replicas "
+                f"{sizes * replicas}, and the run has {len(settings.merging)}: --workers must "
+                "be the lanes' sizes times the replicas (or leave it out)",
+                "lanes",
+            )
+    layout = deal_lanes(settings.merging, copies)
+    if new_run:
+        settings = dataclasses.replace(settings, lanes=layout)
     lane_of = {w: n for n, lane in enumerate(layout) for w in lane}
     for pack in settings.packs:
         if len({lane_of.get(w) for w in pack}) > 1:
@@ -69,7 +84,7 @@ class RaceControl:
     def _check_fits(self, record: KnobRecord) -> None:
         s = self.settings()
         merging = [w for w in s.merging if w not in self._joining]
-        check_layout(record.lanes, s.workers, merging)
+        check_layout(record.lanes, s.workers, merging, record.replicas)
 
     def record(self) -> KnobRecord:
         """The knob record in force: the lanes (none outside a race) and their values."""
@@ -79,61 +94,61 @@ class RaceControl:
         version, values = self.in_force()
         return KnobRecord(version=version, values=dict(values))
 
-    def start(self, lanes: Sequence[Lane]) -> int:
-        """Split the merging workers into `lanes`, each running with the values in force
-        changed by its own; each lane starts from the weights the run merged last. Returns the
-        knob version (ConfigError: nothing changed)."""
+    def start(self, lanes: Sequence[Lane], replicas: int = 1) -> int:
+        """Split the merging workers into `lanes`, each `replicas` times (every replica a merge
+        pool of its own), each running with the values in force changed by its own; each lane
+        starts from the weights the run merged last. Returns the knob version (ConfigError:
+        nothing changed)."""
         if self.record().lanes:
             raise ConfigError("a race is on: promote a lane to end it first", "lanes")
-        layout = check_race(self.settings(), lanes)
-        return self.knobs.start_race(self.cfg, layout, lanes, self.in_force)
+        layout = check_race(self.settings(), lanes, replicas)
+        copies = replicate(lanes, replicas)
+        return self.knobs.start_race(self.cfg, layout, copies, self.in_force, replicas)
 
-    def promote(self, lane: int, weights: bool = True) -> int:
-        """End the race: lane `lane`'s values for every worker, one merge pool again, and
-        (`weights`) its weights for every worker: its merged ones, or for a lane that never
-        merged its first worker's (each publishes its own every merge round). Without
-        `weights` the next merge averages every worker's. Returns the version."""
+    def promote(self, lane: int, weights: bool = True, replica: int = 0) -> int:
+        """End the race: race lane `lane`'s values for every worker, one merge pool again, and
+        (`weights`) the weights of its replica `replica` as they are at the promotion for
+        every worker: a last merge round of its workers, or for a lane that never merged its
+        first worker's own (workers/training/merge_rounds.py). Without `weights` the next merge
+        averages every worker's. Returns the version."""
         record = self.record()
-        if not 0 <= lane < len(record.lanes):
+        if not 0 <= lane < record.race_lanes:
             raise ConfigError(
-                f"there is no lane {lane} to promote (lanes: {len(record.lanes)})", "lanes"
+                f"there is no lane {lane} to promote (lanes: {record.race_lanes})", "lanes"
             )
+        if not 0 <= replica < record.replicas:
+            raise ConfigError(
+                f"lane {lane} has no replica {replica} (replicas: {record.replicas})", "lanes"
+            )
+        pool = record.copies(lane)[replica]
         from_worker = None
-        if weights:
-            if not record.merges(lane):
-                from_worker = record.lanes[lane][0]
-            if pool_weights(self.run_path, lane, record.pool, from_worker) is None:
-                every = record.lane_values[lane]["merge_every"]
-                raise ConfigError(
-                    f"lane {lane} has no weights of this race yet (the first come at its first "
-                    f"merge round, {every} agent steps into the race): promote its values only, "
-                    "or wait",
-                    "lanes",
-                )
-        return self.knobs.promote(self.cfg, lane, self.in_force, weights, from_worker)
+        if weights and not record.merges(pool):
+            from_worker = record.lanes[pool][0]
+        return self.knobs.promote(self.cfg, pool, self.in_force, weights, from_worker)
 
     def lane_for_new(self, lane: int | None) -> int | None:
-        """The lane a new worker would join: `lane`, or (None) the merging lane with the fewest
-        workers; None when there is no race. ConfigError when it cannot join that lane."""
+        """The pool (an entry of the record's lanes) a new worker would join: the copy of race
+        lane `lane` with the fewest workers, or (None) of every merging lane's; None when there
+        is no race. ConfigError when it cannot join that lane."""
         record = self.record()
         if not record.lanes:
             if lane is not None:
                 raise ConfigError("there is no race: a new worker joins the run's pool", "lanes")
             return None
         if lane is None:
-            lane = self.smallest_lane(record)
-        if not 0 <= lane < len(record.lanes):
-            raise ConfigError(f"there is no lane {lane} (lanes: {len(record.lanes)})", "lanes")
-        if not record.merges(lane):
+            return self.smallest_lane(record)
+        if not 0 <= lane < record.race_lanes:
+            raise ConfigError(f"there is no lane {lane} (lanes: {record.race_lanes})", "lanes")
+        if not record.merges(record.copies(lane)[0]):
             raise ConfigError(
                 f"lane {lane} never merges: a worker added to it would have no weights to start "
                 "from; add it to a lane that merges",
                 "lanes",
             )
-        return lane
+        return min(record.copies(lane), key=lambda n: len(record.lanes[n]))
 
     def join(self, worker: int, lane: int, enter_run: Callable[[], None]) -> None:
-        """Put a new worker in lane `lane` (lane_for_new's). `enter_run()` records it in the
+        """Put a new worker in pool `lane` (lane_for_new's). `enter_run()` records it in the
         run's settings first, so that no worker reads a lane naming a worker the run does not
         have; until its lane is written, the run's own check of the record leaves it out."""
         self._joining.add(worker)
@@ -160,8 +175,8 @@ class RaceControl:
         lane = record.lane_of(worker)
         if lane is not None and len(record.lanes[lane]) == 1:
             raise ConfigError(
-                f"worker {worker} is lane {lane}'s last worker: promote a lane first, or "
-                "stop the run",
+                f"worker {worker} is {record.pool_name(lane)}'s last worker: promote a lane "
+                "first, or stop the run",
                 "lanes",
             )
 
@@ -178,7 +193,9 @@ def sharing(settings: RunSettings, cfg: Config, record: KnobRecord) -> str:
     """How the lanes of a race share the machine, in one line (the window says it)."""
     if not record.lanes:
         return ""
-    sizes = "/".join(str(len(lane)) for lane in record.lanes)
+    sizes = "/".join(str(len(lane)) for lane in record.lanes[:: record.replicas])
+    if record.replicas > 1:
+        sizes += f" ({record.replicas} replicas each)"
     if gpu_count(cfg):
         return (
             f"lanes of {sizes} workers; each lane its own pack (one process, one CUDA graph: "

@@ -1,18 +1,21 @@
-"""The race table: one row per lane, ranked by how soon and how much each lane learned per second
-of training whatever the reward's sign or scale (scores.py), how sure it is, and the merge
-gain over a lane that never merges. From the workers' records, so that the window, the command
-line and a run read later rank a race the same way. No GUI: the window draws the rows."""
+"""The race table: one row per lane (rows.py), ranked by how soon and how much each lane learned
+per second of training whatever the reward's sign or scale (scores.py), with replicas their
+mean (replicas.py), how sure it is and the merge gain over a lane that never merges
+(verdict.py). From the workers' records, so that the window, the command line and a run read
+later rank a race the same way. No GUI: the window draws the rows."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from workers.race.replicas import across, mean_curve
+from workers.race.rows import LaneRow, RaceTable
 from workers.race.scores import SMOOTH, LaneEpisodes, race_clock, training_spans
+from workers.race.verdict import gains, mean_reached, verdict
 from workers.rundir.records import (
     Crashed,
     Episode,
@@ -32,65 +35,25 @@ from workers.rundir.records import (
 )
 
 FRACTIONS = (0.5, 0.75, 0.9)  # thresholds, as fractions from the starting level to the top
-MIN_EPISODES = 10  # each lane's, before a leader is named: a spread from fewer is not trusted
 OFF = (Pause, Stop, Crashed)  # a worker trains no more after these, until one of:
 ON = (Resume, Resumed, StartedFromMerged, StartedFresh, Seeding, Pretraining, Episode, Train)
-
-
-@dataclass(frozen=True)
-class Gain:
-    """A merging lane against the lane that never merges, at one threshold: how many times
-    fewer agent steps per worker and how much less training time it needed."""
-
-    steps: float
-    time: float
-    at_least: bool = False  # the never-merging lane has not got there yet: at least this
-
-
-@dataclass
-class LaneRow:
-    lane: int
-    workers: tuple[int, ...]
-    knobs: dict[str, int | float]  # only the knobs in which the lanes differ
-    merges: bool
-    steps: float  # agent steps per worker (mean over the lane's workers)
-    steps_per_s: float  # per worker (mean)
-    ret: float | None  # the smoothed training return now (per worker: the workers' mean)
-    eval_ret: float | None  # the latest evaluation's mean return (no exploration noise)
-    eval_episodes: int  # the episodes behind it, over the lane's workers
-    episodes: int  # training episodes finished in the race
-    score: float | None  # mean normalised return over the race's training time
-    spread: float  # about 95 % of the score's bootstrap replicas lie within +- this
-    # threshold -> (seconds of race training time, agent steps per worker) when first reached
-    reached: dict[float, tuple[float, float] | None] = field(default_factory=dict)
-    gain: dict[float, Gain | None] = field(default_factory=dict)  # merging lanes vs control
-    leader: bool = False
-    # (seconds after the race's start, the lane's mean agent step, its smoothed return)
-    curve: list[tuple[float, float, float]] = field(default_factory=list)
-
-
-@dataclass
-class RaceTable:
-    rows: list[LaneRow]  # best first
-    thresholds: list[float]  # the returns whose first crossing the table times
-    start_level: float | None
-    top: float | None
-    top_from: str  # "published" (the task's final return) or "best" (the best lane's)
-    clock: float  # seconds of training since the race began (pauses and stops left out)
-    warmup: float | None  # of them, seeding and pretraining (a race from the run's start)
-    verdict: str  # who leads, or why nobody does
-    control: int | None  # the lane that never merges, which the merge gain is against
-    note: str = ""  # lanes of different sizes: the figures are per worker
 
 
 class RaceTracker:
     """Follows the records of a run's workers; `table` ranks the lanes of the race now."""
 
-    def __init__(self, published_final: float | None = None, seed_steps: int | None = None):
+    def __init__(
+        self,
+        published_final: float | None = None,
+        seed_steps: int | None = None,
+        top_note: str = "",
+    ):
         """`published_final`: the task's published final return (the top of the scale;
-        without one, the best smoothed return any lane has reached). `seed_steps`: where a
-        worker's seeding and pretraining end (its first record past them)."""
+        without one, the best smoothed return any lane has reached; `top_note` says why a
+        task's published final is not used). `seed_steps`: where a worker's seeding and
+        pretraining end (its first record past them)."""
         self.published_final = published_final
+        self.top_note = top_note
         self.seed_steps = seed_steps
         self.applied: dict[int, list[tuple[float, int, int | None]]] = defaultdict(list)
         self.episodes: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
@@ -160,51 +123,73 @@ class RaceTracker:
         made = self._cache[1]
         differ = [k for k in record.values if len({str(v.get(k)) for v in record.lane_values}) > 1]
         snapshot = {w["worker"]: w for w in progress}
+        thresholds = made["levels"]
         rows = []
-        for n, workers in enumerate(record.lanes):
-            lane = made["lanes"][n]
+        for n in range(record.race_lanes):
+            copies = list(record.copies(n))
+            pools = [made["lanes"][c] for c in copies]
+            workers = tuple(w for c in copies for w in record.lanes[c])
             seen = [snapshot[w] for w in workers if w in snapshot]
             latest = [self.evals[w][-1] for w in workers if self._evals_after(w, start)]
-            score, spread = lane.score(clock)
+            reached = [{level: pool.reached.get(level) for level in thresholds} for pool in pools]
+            scored = [pool.score(clock) for pool in pools]
+            scores = [score for score, _ in scored]
+            curve, band = pools[0].curve, []
+            score, spread = scored[0]
+            if len(pools) > 1:
+                curve, band = mean_curve([pool.curve for pool in pools])
+                score, spread = (None, 0.0) if None in scores else across(scores)
             rows.append(
                 LaneRow(
                     lane=n,
                     workers=workers,
-                    knobs={k: record.lane_values[n][k] for k in differ},
-                    merges=record.merges(n),
+                    knobs={k: record.lane_values[copies[0]][k] for k in differ},
+                    merges=record.merges(copies[0]),
                     steps=_mean([w["step"] for w in seen]) or 0.0,
                     steps_per_s=_mean([w["steps_per_s"] for w in seen]) or 0.0,
-                    ret=lane.curve[-1][2] if lane.curve else None,
+                    ret=curve[-1][2] if curve else None,
                     eval_ret=_mean([r for _, r, _ in latest]),
                     eval_episodes=sum(count for *_, count in latest),
-                    episodes=lane.episodes,
+                    episodes=sum(pool.episodes for pool in pools),
                     score=score,
                     spread=spread,
-                    reached=dict(lane.reached),
-                    curve=lane.curve,
+                    reached={level: mean_reached(reached, level) for level in thresholds},
+                    curve=curve,
+                    band=band,
+                    replica_scores=scores,
+                    replica_episodes=[pool.episodes for pool in pools],
+                    replica_reached=reached,
+                    replica_steps=[
+                        _mean([snapshot[w]["step"] for w in record.lanes[c] if w in snapshot])
+                        or 0.0
+                        for c in copies
+                    ],
                 )
             )
-        control = next((n for n in range(len(record.lanes)) if not record.merges(n)), None)
+        control = next((row.lane for row in rows if not row.merges), None)
         if control is not None:
-            _gains(rows, control, made["thresholds"], clock)
+            gains(rows, control, thresholds, clock)
         rows.sort(key=lambda row: math.inf if row.score is None else -row.score)  # unranked last
-        verdict = _verdict(rows)
+        said, lead = verdict(rows, record.replicas)
         sizes = {len(lane) for lane in record.lanes}
         note = ""
         if len(sizes) > 1:
-            shape = "/".join(str(len(lane)) for lane in record.lanes)
+            shape = "/".join(str(len(lane)) for lane in record.lanes[:: record.replicas])
             note = f"lanes differ in size ({shape} workers): every figure is per worker"
         return RaceTable(
             rows=rows,
-            thresholds=made["thresholds"],
+            thresholds=thresholds,
             start_level=made["start"],
             top=made["top"],
             top_from=made["top_from"],
+            top_note=self.top_note if made["top_from"] == "best" else "",
             clock=clock,
             warmup=self._warmup(racing, start, spans),
-            verdict=verdict,
+            verdict=said,
             control=control,
             note=note,
+            replicas=record.replicas,
+            lead=lead,
         )
 
     def _evals_after(self, worker: int, start: float) -> bool:
@@ -233,6 +218,19 @@ class RaceTracker:
             LaneEpisodes(workers, own, start, lambda times: race_clock(spans, times))
             for workers in record.lanes
         ]
+        # One scale for every lane and replica (a unit, so that replicas' scores average and
+        # their differences add): the starting level, the top, the thresholds between them.
+        scale = self._scale(own, lanes, start)
+        if scale["levels"]:
+            span = scale["top"] - scale["start"]
+            for lane in lanes:
+                lane.normalise(scale["start"], span, scale["levels"])
+        return {"lanes": lanes, **scale}
+
+    def _scale(self, own: dict, lanes: list[LaneEpisodes], start: float) -> dict:
+        """The race's scale: its starting level (where the workers had got to before a race
+        started mid-run, else their first episodes), its top (the published final, else the
+        best smoothed return a lane reached) and the thresholds between them."""
         before = [
             np.mean([r for t, _, r in self.episodes[w] if t < start][-SMOOTH:])
             for w in own
@@ -249,51 +247,11 @@ class RaceTracker:
         top, top_from = best, "best"
         if self.published_final is not None:
             top, top_from = self.published_final, "published"
-        thresholds: list[float] = []
+        levels: list[float] = []
         if start_level is not None and top is not None and top > start_level:
             span = top - start_level
-            thresholds = [round(start_level + f * span, 1) for f in FRACTIONS]
-            for lane in lanes:
-                lane.normalise(start_level, span, thresholds)
-        return {
-            "lanes": lanes,
-            "thresholds": thresholds,
-            "start": start_level,
-            "top": top,
-            "top_from": top_from,
-        }
-
-
-def _gains(rows: list[LaneRow], control: int, thresholds: list[float], clock: float) -> None:
-    """Each merging lane's gain over the never-merging lane `control` at each threshold."""
-    reference = rows[control]
-    for row in rows:
-        if not row.merges:
-            continue
-        for level in thresholds:
-            mine, theirs = row.reached.get(level), reference.reached.get(level)
-            if mine is None:
-                row.gain[level] = None
-                continue
-            seconds, steps = mine
-            if theirs is not None:
-                row.gain[level] = Gain(theirs[1] / max(steps, 1.0), theirs[0] / max(seconds, 1e-9))
-            else:  # not there yet: it has needed at least what it has done so far
-                row.gain[level] = Gain(
-                    reference.steps / max(steps, 1.0), clock / max(seconds, 1e-9), at_least=True
-                )
-
-
-def _verdict(rows: list[LaneRow]) -> str:
-    ranked = [row for row in rows if row.score is not None]
-    if len(ranked) < len(rows) or any(row.episodes < MIN_EPISODES for row in rows):
-        return f"too early to call: {MIN_EPISODES} episodes a lane first"
-    first, second = ranked[0], ranked[1]
-    combined = math.hypot(first.spread, second.spread)
-    if first.score - second.score > combined:
-        first.leader = True
-        return f"lane {first.lane} leads"
-    return "too close to call: the lead is within the spread"
+            levels = [round(start_level + f * span, 1) for f in FRACTIONS]
+        return {"start": start_level, "top": top, "top_from": top_from, "levels": levels}
 
 
 def _mean(values: list[float]) -> float | None:

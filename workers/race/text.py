@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from agent.config import Config
 from agent.envs.published import published_curve
-from workers.race.table import Gain, LaneRow, RaceTable, RaceTracker
+from workers.race.rows import Gain, LaneRow, RaceTable
+from workers.race.table import RaceTracker
 from workers.rundir.paths import metrics_name
 from workers.rundir.records import KnobRecord, Train, parse_records
 
@@ -16,10 +18,12 @@ def race_text(table: RaceTable) -> str:
     """The table as plain text (the command line's, BENCHMARKS.md)."""
     levels = table.thresholds
     head = ["lane", "knobs", "workers", "steps/worker", "steps/s", "return", "eval (n)"]
-    head += ["score", *(f"to {level_text(level)}" for level in levels), ""]
+    head += ["score", *(f"to {level_text(level)}" for level in levels)]
+    head += ["replicas' scores"] * (table.replicas > 1) + [""]
     lines = [head]
     for row in table.rows:
         cells = row_cells(row) + [reached_text(row, level) for level in levels]
+        cells += [replica_text(row)] * (table.replicas > 1)
         cells.append("leads" if row.leader else "")
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -52,6 +56,11 @@ def score_text(row: LaneRow) -> str:
     return "-" if row.score is None else f"{row.score:.2f} +- {row.spread:.2f}"
 
 
+def replica_text(row: LaneRow) -> str:
+    """Each replica's score, "0.41 0.55 0.60" ("-" for one not scored yet)."""
+    return " ".join("-" if s is None else f"{s:.2f}" for s in row.replica_scores)
+
+
 def reached_text(row: LaneRow, level: float, unit: str = " steps") -> str:
     """When the lane first reached `level`, "m:ss, N steps" ("-": not yet)."""
     reached = row.reached.get(level)
@@ -69,6 +78,10 @@ def gain_text(gain: Gain | None) -> str:
     if gain is None:
         return "not yet"
     more = ">" if gain.at_least else ""
+    steps = f" +- {gain.steps_spread:.2f}" if gain.steps_spread else ""
+    time_ = f" +- {gain.time_spread:.2f}" if gain.time_spread else ""
+    if steps or time_:
+        return f"{more}{gain.steps:.2f}{steps}x steps, {more}{gain.time:.2f}{time_}x time"
     return f"{more}{gain.steps:.1f}x steps, {more}{gain.time:.1f}x time"
 
 
@@ -79,14 +92,21 @@ def summary_lines(table: RaceTable, short: bool = False) -> list[str]:
     lines = [table.verdict]
     if table.start_level is not None and table.top is not None:
         top = "published final" if table.top_from == "published" else "best lane"
+        if table.top_note and not short:
+            top += f"; {table.top_note}"
         scale = f"0 = start {table.start_level:.1f}, 1 = {table.top:.1f} ({top})"
+        spread = (
+            f"the mean over {table.replicas} replicas +- its 95 % interval (Student's t)"
+            if table.replicas > 1
+            else "+- about 95 % of a bootstrap over one run's episodes (not over seeds)"
+        )
         if short:
             lines.append(f"score: {scale}; mean over {clock_text(table.clock)} of training")
         else:
             lines.append(
                 f"score: the smoothed training return, {scale}, averaged over "
-                f"{clock_text(table.clock)} of training (pauses and stops left out); +- about "
-                "95 % of a bootstrap over episodes; to X: training time, agent steps per worker"
+                f"{clock_text(table.clock)} of training (pauses and stops left out); {spread}; "
+                "to X: training time, agent steps per worker"
             )
     if table.warmup is not None:
         lines.append(f"of which seeding and pretraining: {clock_text(table.warmup)}, every lane")
@@ -108,21 +128,42 @@ def clock_text(seconds: float | None) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
+# The published runs' protocol: a return reached in it is reachable only in the same one.
+PUBLISHED_ACTION_REPEAT, PUBLISHED_EPISODE = 2, 500
+
+
+def race_top(cfg: Config) -> tuple[float | None, str]:
+    """The top of a race's scale from the task's published final return, when the run's action
+    repeat and episode length are the published runs' (else None: the best lane's level), and
+    why it is not used when the task has one."""
+    curve = published_curve(cfg.task)
+    if curve is None:
+        return None, ""
+    final = float(curve[1][-1])
+    if (cfg.action_repeat, cfg.episode_length) == (PUBLISHED_ACTION_REPEAT, PUBLISHED_EPISODE):
+        return final, ""
+    return None, (
+        f"the published final {final:.1f} is for episodes of {PUBLISHED_EPISODE} agent steps at "
+        f"action repeat {PUBLISHED_ACTION_REPEAT}; this run's are {cfg.episode_length} at "
+        f"{cfg.action_repeat}"
+    )
+
+
 def race_of(
     path: Path,
     record: KnobRecord,
     progress: list[dict] | None,
-    task: str,
-    seed_steps: int | None = None,
+    cfg: Config,
     at_minutes: float | None = None,
 ) -> str:
-    """The race table of the run in `path` as text, read from its files ("" outside a race).
-    `at_minutes`: as it stood that many minutes of wall time after the race began (only the
-    records written by then; steps and steps/s from them when `progress` is None)."""
+    """The race table of the run in `path` (config `cfg`) as text, read from its files (""
+    outside a race). `at_minutes`: as it stood that many minutes of wall time after the race
+    began (only the records written by then; steps and steps/s from them when `progress` is
+    None)."""
     if not record.lanes:
         return ""
-    curve = published_curve(task)
-    published = float(curve[1][-1]) if curve is not None else None
+    published, note = race_top(cfg)
+    seed_steps = cfg.resolved_seed_steps
     records = []
     for worker in sorted({w for lane in record.lanes for w in lane}):
         try:
@@ -131,14 +172,14 @@ def race_of(
             continue  # a worker without a file yet: no row data
     now = time.time()
     if at_minutes is not None:
-        everything = RaceTracker(published, seed_steps)
+        everything = RaceTracker(published, seed_steps, note)
         everything.ingest(records)
         start = everything.start_time(record)
         if start is None:
             return ""
         now = start + 60 * at_minutes
         records = [r for r in records if r.time <= now]
-    tracker = RaceTracker(published, seed_steps)
+    tracker = RaceTracker(published, seed_steps, note)
     tracker.ingest(records)
     table = tracker.table(record, progress or progress_of(records), now)
     return "" if table is None else race_text(table)

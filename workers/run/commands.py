@@ -88,17 +88,21 @@ class RestartWorker(Command):
 
 @dataclass(frozen=True)
 class StartRace(Command):
-    """Split the run's workers into `lanes`, each with its changes, size and merging."""
+    """Split the run's workers into `lanes`, each with its changes, size and merging, each run
+    `replicas` times (a merge pool and seeds of its own per replica)."""
 
     lanes: tuple[Lane, ...]
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
 class Promote(Command):
-    """End the race with lane `lane`'s values and (`weights`) its weights for every worker."""
+    """End the race with lane `lane`'s values and (`weights`) the weights of its replica
+    `replica` for every worker."""
 
     lane: int
     weights: bool = True
+    replica: int = 0
 
 
 @dataclass(frozen=True)

@@ -62,8 +62,13 @@ def handle(run: BaseRun, command: Command) -> Outcome:
             return Outcome(("stop asked of the process that owns the run: its workers stop",))
         case AddWorker(lane):
             index = run.workers.add(lane)
-            joined = run.race.record().lane_of(index)
-            pool = "the merged weights" if joined is None else f"lane {joined}'s merged weights"
+            record = run.race.record()
+            joined = record.lane_of(index)
+            pool = (
+                "the merged weights"
+                if joined is None
+                else f"{record.pool_name(joined)}'s merged weights"
+            )
             return Outcome((f"worker {index} {run.wording.added}: it starts from {pool}",), index)
         case RemoveWorker(worker):
             worker = _newest_merging(run) if worker is None else worker
@@ -72,22 +77,25 @@ def handle(run: BaseRun, command: Command) -> Outcome:
             return Outcome((f"worker {worker} {verb}: it writes a checkpoint and leaves",), worker)
         case RestartWorker(worker):
             return _restart(run, worker)
-        case StartRace(lanes):
-            version = run.race.start(lanes)
+        case StartRace(lanes, replicas):
+            version = run.race.start(lanes, replicas)
             text = "; ".join(
                 f"lane {n}: {describe_lane(lane) or 'as the run'}" for n, lane in enumerate(lanes)
             )
+            if replicas > 1:
+                text += f"; {replicas} replicas of each"
             _show_racing_weights(run)
             notice = f"race started (knobs v{version}), from the merged weights: {text}"
             return Outcome((notice,), version)
-        case Promote(lane, weights):
-            version = run.race.promote(lane, weights)
+        case Promote(lane, weights, replica):
+            whose = "its" if run.race.record().replicas <= 1 else f"its replica {replica}'s"
+            version = run.race.promote(lane, weights, replica)
             if run.showcase.settings()["source"] <= -2:  # a lane's: the race is over
                 run.showcase.choose(source=-1)
             if run.showcase.settings()["panes"] == "lanes":
                 run.showcase.show_panes("single")
             what = (
-                "its values and its weights for every worker"
+                f"its values and {whose} weights for every worker"
                 if weights
                 else "its values for every worker; the next merge averages every worker's weights"
             )

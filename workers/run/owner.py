@@ -38,7 +38,7 @@ from workers.run.spawn import spawn
 from workers.run.start_weights import read_start_weights, write_start_weights
 from workers.rundir.directory import RunDir
 from workers.rundir.knob_record import KnobStore, run_knobs
-from workers.rundir.lanes import Lane
+from workers.rundir.lanes import Lane, replicate
 from workers.rundir.lines import damaged_lines
 from workers.rundir.paths import RUN, members_path
 from workers.rundir.records import Request
@@ -132,7 +132,7 @@ class Run(BaseRun):
         """A new run in `path`; every worker starts from `start_weights` when given (a file of
         one worker's networks), else fresh. `lanes`: a race from the start, lane n running
         with the run's knob values changed by its own, with its size (or a share of the
-        workers no lane sized) and merging or not."""
+        workers no lane sized) and merging or not, each `settings.replicas` times."""
         check_task(cfg.task, cfg.env_options)
         if settings.wandb:
             require_wandb()
@@ -140,13 +140,15 @@ class Run(BaseRun):
             # "Auto" becomes a real number, as a live knob holds one. It is the base count: the
             # planner adds 2 for large action spaces to any value, as the reference does.
             cfg = dataclasses.replace(cfg, iterations=cfg.resolved_iterations(0))
-        layout = check_race(settings, lanes) if lanes else ()
+        replicas = settings.replicas
+        copies = replicate(lanes, replicas) if lanes else ()
+        layout = check_race(settings, lanes, replicas, new_run=True) if lanes else ()
         settings = dataclasses.replace(settings, lanes=layout)
         if settings.pack == 0:
             settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
         values = run_knobs(cfg, settings.merge_every)
-        KnobStore.new_race(cfg, values, layout, lanes or (), 0)
+        KnobStore.new_race(cfg, values, layout, copies, 0, replicas)
         weights = read_start_weights(start_weights, cfg) if start_weights else None
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
@@ -154,7 +156,7 @@ class Run(BaseRun):
             write_start_weights(run_dir.path, weights, start_weights)
         run = cls(run_dir.path, cfg, settings, resumed=False)
         run._save_settings(settings)
-        run.knobs.store.initialise(cfg, settings.merge_every, layout, lanes or ())
+        run.knobs.store.initialise(cfg, settings.merge_every, layout, copies, replicas)
         return run
 
     @classmethod

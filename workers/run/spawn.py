@@ -69,6 +69,7 @@ def worker_spec(
 ) -> WorkerSpec:
     """What worker `index` is started with: its own seed, its pack's GPU, the run's settings."""
     s = settings
+    env_seed = cfg.seed + s.env_seed_offset(index)  # paired across a race's lanes (replicas)
     cfg = dataclasses.replace(cfg, seed=cfg.seed + 1000 * index)
     gpus = gpu_count(cfg)
     if gpus > 1:  # each pack on its own GPU, in turn
@@ -91,6 +92,7 @@ def worker_spec(
         tensorboard=s.tensorboard,
         wandb=s.wandb,
         merge_every=merge_every,
+        env_seed=env_seed,
     )
 
 

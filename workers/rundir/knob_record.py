@@ -79,31 +79,40 @@ class KnobStore:
         merge_every: int,
         layout: Layout = (),
         lanes: Sequence[Lane] = (),
+        replicas: int = 1,
     ) -> None:
         """The first version: the run's values, and a race's lanes from the start (lane n's
-        workers layout[n], its values the run's with lanes[n]'s changes)."""
+        workers layout[n], its values the run's with lanes[n]'s changes; `lanes` holds every
+        replica, lanes.py replicate)."""
         if self.path.exists():
             return
-        record = self.new_race(cfg, run_knobs(cfg, merge_every), layout, lanes, 0)
+        record = self.new_race(cfg, run_knobs(cfg, merge_every), layout, lanes, 0, replicas)
         with self.lock:
             self._write(record, record.values, event="race" if layout else "")
 
     @staticmethod
     def new_race(
-        cfg: Config, values: dict, layout: Layout, lanes: Sequence[Lane], version: int
+        cfg: Config,
+        values: dict,
+        layout: Layout,
+        lanes: Sequence[Lane],
+        version: int,
+        replicas: int = 1,
     ) -> KnobRecord:
-        """A validated record of version `version` whose lanes (workers `layout`) run with
-        `values` changed by their own (ConfigError naming the lane for a refused value)."""
+        """A validated record of version `version` whose lanes (workers `layout`, `replicas`
+        copies of each race lane in a row) run with `values` changed by their own (ConfigError
+        naming the lane for a refused value)."""
         values = dict(validate_knobs(cfg, values))
         lane_values = []
         for n, changes in enumerate([lane.changes for lane in lanes] or [{}] * len(layout)):
             unknown = sorted(set(changes) - set(values))
             if unknown:
-                raise ConfigError(f"lane {n}: unknown knob(s): {', '.join(unknown)}", unknown[0])
+                lane = n // replicas
+                raise ConfigError(f"lane {lane}: unknown knob(s): {', '.join(unknown)}", unknown[0])
             try:
                 lane_values.append(dict(validate_knobs(cfg, {**values, **changes})))
             except ConfigError as err:
-                raise ConfigError(f"lane {n}: {err}", err.field) from None
+                raise ConfigError(f"lane {n // replicas}: {err}", err.field) from None
         return KnobRecord(
             version=version,
             values=values,
@@ -111,6 +120,7 @@ class KnobStore:
             lane_values=tuple(lane_values),
             pool=version,
             solo_lanes=tuple(n for n, lane in enumerate(lanes) if not lane.merges),
+            replicas=replicas if layout else 1,
         )
 
     def _write(
@@ -128,6 +138,8 @@ class KnobStore:
             solo_lanes=record.solo_lanes,
             promoted_lane=record.promoted_lane,
             promoted_worker=record.promoted_worker,
+            promoted_pool=record.promoted_pool,
+            replicas=record.replicas,
         )
         with open(self.history, "a") as f:
             f.write(json.dumps(change.to_json()) + "\n")
@@ -171,6 +183,8 @@ class KnobStore:
             solo_lanes=last.solo_lanes,
             promoted_lane=last.promoted_lane,
             promoted_worker=last.promoted_worker,
+            promoted_pool=last.promoted_pool,
+            replicas=last.replicas,
         )
 
     def history_values(self) -> tuple[int, dict] | None:
@@ -215,26 +229,26 @@ class KnobStore:
         lane: int | None = None,
         **changes: object,
     ) -> int:
-        """Validate and write a new version: `changes` for lane `lane`, or (None) for the run
-        and every lane. On error nothing is written. Returns the version. A damaged or refused
-        record is replaced, from the last good values."""
+        """Validate and write a new version: `changes` for race lane `lane` (every replica of
+        it), or (None) for the run and every lane. On error nothing is written. Returns the
+        version. A damaged or refused record is replaced, from the last good values."""
         with self.lock:
             now = self._current(cfg, in_force)
             unknown = sorted(set(changes) - set(now.values))
             if unknown:
                 raise ConfigError(f"unknown knob(s): {', '.join(unknown)}")
-            if lane is not None and not 0 <= lane < len(now.lanes):
-                raise ConfigError(f"there is no lane {lane} (lanes: {len(now.lanes)})", "lanes")
+            if lane is not None and not 0 <= lane < now.race_lanes:
+                raise ConfigError(f"there is no lane {lane} (lanes: {now.race_lanes})", "lanes")
             values = now.values
             if lane is None:
                 values = dict(validate_knobs(cfg, {**now.values, **changes}))
             lane_values = []
             for n, old in enumerate(now.lane_values):
-                if lane in (None, n):
+                if lane is None or n in now.copies(lane):
                     try:
                         old = dict(validate_knobs(cfg, {**old, **changes}))
                     except ConfigError as err:
-                        raise ConfigError(f"lane {n}: {err}", err.field) from None
+                        raise ConfigError(f"lane {now.race_lane(n)}: {err}", err.field) from None
                 lane_values.append(old)
             new = dataclasses.replace(
                 now, version=now.version + 1, values=values, lane_values=tuple(lane_values)
@@ -248,12 +262,14 @@ class KnobStore:
         layout: Layout,
         lanes: Sequence[Lane],
         in_force: Callable[[], tuple[int, dict]] | None = None,
+        replicas: int = 1,
     ) -> int:
-        """Split the workers as `layout` says, each lane with the values in force changed by its
-        own: new merge pools (the version is their pool). Returns the version."""
+        """Split the workers as `layout` says, each lane (`replicas` copies of each race lane in
+        a row) with the values in force changed by its own: new merge pools (the version is
+        their pool). Returns the version."""
         with self.lock:
             now = self._current(cfg, in_force)
-            new = self.new_race(cfg, now.values, layout, lanes, now.version + 1)
+            new = self.new_race(cfg, now.values, layout, lanes, now.version + 1, replicas)
             self._write(new, {}, event="race")
             return new.version
 
@@ -265,10 +281,11 @@ class KnobStore:
         weights: bool = True,
         from_worker: int | None = None,
     ) -> int:
-        """End the race: lane `lane`'s values become every worker's, and the lanes one merge
-        pool again. `weights`: every worker also takes the lane's merged weights (or, for
-        a lane that never merged, `from_worker`'s own); else the next merge averages them all.
-        Returns the version."""
+        """End the race: lane `lane`'s values (an entry of the record's lanes: one replica)
+        become every worker's, and the lanes one merge pool again. `weights`: every worker
+        also takes the lane's weights as they are now (its workers' mean, or for a lane that
+        never merged `from_worker`'s own); else the next merge averages them all. Returns the
+        version."""
         with self.lock:
             now = self._current(cfg, in_force)
             if not 0 <= lane < len(now.lanes):
@@ -283,6 +300,7 @@ class KnobStore:
                 pool=now.version + 1,
                 promoted_lane=lane if weights else None,
                 promoted_worker=from_worker if weights else None,
+                promoted_pool=now.pool if weights else None,
             )
             self._write(new, changes, lane, event="promote")
             return new.version

@@ -75,10 +75,27 @@ def describe_lane(lane: Lane) -> str:
     return ",".join(parts)
 
 
-def workers_for(lanes: Sequence[Lane]) -> int | None:
-    """The workers a race of `lanes` needs when every lane gives its size (None: not all do)."""
+def workers_for(lanes: Sequence[Lane], replicas: int = 1) -> int | None:
+    """The workers a race of `lanes`, each run `replicas` times, needs when every lane gives its
+    size (None: not all do)."""
     sizes = [lane.size for lane in lanes]
-    return None if None in sizes else sum(sizes)
+    return None if None in sizes else sum(sizes) * replicas
+
+
+def replicate(lanes: Sequence[Lane], replicas: int) -> list[Lane]:
+    """Each lane `replicas` times in a row (lane l's copy r at l * replicas + r): every copy a
+    merge pool of its own, as the knob record keeps them."""
+    check_replicas(replicas)
+    return [lane for lane in lanes for _ in range(replicas)]
+
+
+def check_replicas(replicas: object) -> None:
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+        raise ConfigError(
+            f"replicas must be a whole number of at least 1 (copies of every lane), got "
+            f"{replicas!r}",
+            "replicas",
+        )
 
 
 def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane]) -> Layout:
@@ -114,13 +131,22 @@ def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane]) -> Layout:
     return tuple(layout)
 
 
-def check_layout(lanes: Layout, workers: int, merging: Sequence[int]) -> None:
+def check_layout(lanes: Layout, workers: int, merging: Sequence[int], replicas: int = 1) -> None:
     """The one rule of a race's lanes in a run of `workers` workers, `merging` of them merging
-    now: every lane has a worker, every worker named exists and is in one lane only, and each
-    merging worker is in a lane. A knob record that breaks it (a hand edit, damage) is refused
-    by every worker (hooks.py) and by the run (race/control.py), with run.json as each reads it."""
+    now: at least two race lanes, each with `replicas` copies; every copy has a worker, every
+    worker named exists and is in one copy only, and each merging worker is in one. A knob
+    record that breaks it (a hand edit, damage) is refused by every worker (hooks.py) and by the
+    run (race/control.py), with run.json as each reads it."""
     if not lanes:
         return
+    check_replicas(replicas)
+    if len(lanes) % replicas or len(lanes) // replicas < 2:
+        copies = f" in {replicas} replicas each" if replicas > 1 else ""
+        raise ConfigError(
+            f"a race needs at least 2 lanes{copies}, and the record has {len(lanes)} "
+            f"lane{'s' * (len(lanes) != 1)}",
+            "lanes",
+        )
     seen: set[int] = set()
     for n, lane in enumerate(lanes):
         if not lane:

@@ -69,6 +69,11 @@ def merged_path(run_path: str | Path, lane: int | None = None) -> Path:
     return pool_dir(run_path, lane) / MERGED
 
 
+def promoted_path(run_path: str | Path, pool: int) -> Path:
+    """The promoted lane's weights at the promotion that formed pool `pool` (its version)."""
+    return merge_dir(run_path) / f"promoted-{pool}.pt"
+
+
 def members_path(run_path: str | Path) -> Path:
     return merge_dir(run_path) / MEMBERS
 

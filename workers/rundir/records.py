@@ -299,13 +299,37 @@ class KnobRecord(Line):
     pool: int = 0
     solo_lanes: tuple[int, ...] = ()  # lanes whose workers never merge (merge=off)
     # A promotion with weights: every worker entering this pool takes lane `promoted_lane`'s
-    # merged weights, or (a lane that never merged) its worker `promoted_worker`'s own.
+    # weights as they were at the promotion (paths.py promoted_path): its workers' mean, or
+    # (a lane that never merged) its worker `promoted_worker`'s own.
     promoted_lane: int | None = None
     promoted_worker: int | None = None
+    # The pool the promoted lane raced in (its workers make the weights: merge_rounds.py).
+    promoted_pool: int | None = None
+    # Copies of each race lane, each with its own workers, seeds and merge pool: `lanes` holds
+    # race lane l's copies at l * replicas ... (l + 1) * replicas - 1 (a pool per entry).
+    replicas: int = 1
 
     def lane_of(self, worker: int) -> int | None:
-        """The lane `worker` races in, or None."""
+        """The pool (an entry of `lanes`: a race lane's copy) `worker` races in, or None."""
         return next((n for n, lane in enumerate(self.lanes) if worker in lane), None)
+
+    @property
+    def race_lanes(self) -> int:
+        """The lanes a person raced (each with `replicas` copies in `lanes`)."""
+        return len(self.lanes) // max(self.replicas, 1)
+
+    def copies(self, lane: int) -> range:
+        """The entries of `lanes` that are race lane `lane`'s replicas."""
+        return range(lane * self.replicas, (lane + 1) * self.replicas)
+
+    def race_lane(self, pool: int) -> int:
+        """The race lane whose replica the entry `pool` of `lanes` is."""
+        return pool // max(self.replicas, 1)
+
+    def pool_name(self, pool: int) -> str:
+        """ "lane L", or with replicas "lane L replica R", for the entry `pool` of `lanes`."""
+        lane = f"lane {self.race_lane(pool)}"
+        return lane if self.replicas <= 1 else f"{lane} replica {pool % self.replicas}"
 
     def values_for(self, worker: int) -> dict[str, int | float]:
         lane = self.lane_of(worker)
@@ -336,6 +360,8 @@ class KnobChange(Line):
     solo_lanes: tuple[int, ...] = ()
     promoted_lane: int | None = None
     promoted_worker: int | None = None
+    promoted_pool: int | None = None
+    replicas: int = 1
 
 
 # The reader --------------------------------------------------------------------------------

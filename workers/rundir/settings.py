@@ -20,6 +20,8 @@ from workers.rundir.directory import atomic_write_json
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.paths import CONFIG, RUN, metrics_name
 
+PAIRED_SEEDS = 1_000_000  # paired environment seeds start here, past every worker's own
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -43,6 +45,9 @@ class RunSettings:
     # The race's lanes the run was created with (--lane): no pack spans two. The live lanes,
     # which a race started later or a promotion changes, are in the knob record (knobs.json).
     lanes: tuple[tuple[int, ...], ...] = ()
+    # Copies of each of those lanes (--replicas): lanes[l * replicas + r] is lane l's replica r,
+    # whose environments are seeded as replica r of every other lane (paired).
+    replicas: int = 1
     # Workers the start-up self-check split out of their pack (it found the pack unsound):
     # each trains in a process of its own from then on, a resumed run's too.
     apart: tuple[int, ...] = ()
@@ -53,6 +58,8 @@ class RunSettings:
         object.__setattr__(self, "lanes", tuple(tuple(lane) for lane in self.lanes))
         if self.workers < 1:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ConfigError(f"replicas must be at least 1, got {self.replicas!r}")
         if self.merge_every < 1:
             raise ConfigError(f"merge_every must be at least 1, got {self.merge_every}")
         if self.checkpoint_every < 1:
@@ -98,6 +105,18 @@ class RunSettings:
             else:
                 parts.append([w])
         return parts
+
+    def env_seed_offset(self, index: int) -> int:
+        """Worker `index`'s environment seed, less the run's seed: in a race of replicas made
+        with the run, the k-th worker of replica r of every lane gets the same (lanes compared
+        replica by replica see the same episodes' starts); else its own 1000 x index."""
+        if self.replicas <= 1 or not self.lanes:
+            return 1000 * index
+        widest = max(len(lane) for lane in self.lanes)
+        for n, lane in enumerate(self.lanes):
+            if index in lane:
+                return PAIRED_SEEDS + 1000 * (widest * (n % self.replicas) + lane.index(index))
+        return 1000 * index
 
     def pack_of(self, index: int) -> list[int]:
         """The workers that share `index`'s process (itself alone when not in a pack)."""

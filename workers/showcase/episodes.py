@@ -92,12 +92,14 @@ def pane_boxes(height: int, width: int, count: int) -> list[tuple[int, int, int,
     return grid[:count]
 
 
-def race_lanes(run_path: str | Path) -> int:
-    """The race's lanes now (0: no race, or a record that cannot be read)."""
+def race_lanes(run_path: str | Path) -> list[int]:
+    """The merge pool that stands for each race lane now: its first replica's (none: no race,
+    or a record that cannot be read)."""
     try:
-        return len(KnobStore(Path(run_path)).read_record().lanes)
+        record = KnobStore(Path(run_path)).read_record()
     except UserError:  # a damaged record is the run's to report; here: no lanes
-        return 0
+        return []
+    return [record.copies(n)[0] for n in range(record.race_lanes)]
 
 
 def pane_episodes(
@@ -107,9 +109,9 @@ def pane_episodes(
     replay when the album is empty), or each lane's newest episode. None: nothing to show
     there yet (a blank pane)."""
     if layout == "lanes":
-        lanes = race_lanes(run_path)
-        count = pane_count(layout, lanes)
-        return [(newest_episode(Path(run_path), lane_source(n)), n) for n in range(count)]
+        pools = race_lanes(run_path)
+        count = pane_count(layout, len(pools))
+        return [(newest_episode(Path(run_path), lane_source(pools[n])), n) for n in range(count)]
     count = pane_count(layout, 0)
     chosen = spread_entries(source_album(run_path, source), count)
     replays: list[EpisodeReplay | None] = [e.load() for e in chosen]

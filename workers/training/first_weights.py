@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import ConfigError
+from workers.merging.files import pool_weights
 from workers.rundir.directory import load_checkpoint, load_state, previous_path
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.paths import (
@@ -19,10 +20,17 @@ from workers.rundir.paths import (
     checkpoint_path,
     merged_path,
     pool_dir,
+    promoted_path,
     start_path,
     weights_name,
 )
-from workers.rundir.records import Resumed, StartedFresh, StartedFromMerged, StartedFromWeights
+from workers.rundir.records import (
+    KnobRecord,
+    Resumed,
+    StartedFresh,
+    StartedFromMerged,
+    StartedFromWeights,
+)
 from workers.training.spec import WorkerSpec
 from workers.training.trainer import Trainer
 
@@ -55,24 +63,30 @@ def _checkpoint_state(state: dict, joined: bool = False) -> StartState:
     )
 
 
-def lane_now(spec: WorkerSpec) -> int | None:
-    """The race lane the knob record puts this worker in (None: none, or no good record)."""
+def record_now(spec: WorkerSpec) -> KnobRecord | None:
+    """The knob record as it is now (None: none, or unreadable)."""
     try:
-        return KnobStore(spec.run_path).read_record().lane_of(spec.index)
+        return KnobStore(spec.run_path).read_record()
     except ConfigError:
         return None
 
 
-def pool_weights_path(spec: WorkerSpec, lane: int | None) -> Path:
-    """The weights a worker restarting in its pool starts from: the pool's merged ones, or in
-    a lane that never merges its own, which it publishes every merge round."""
-    try:
-        solo = not KnobStore(spec.run_path).read_record().merges(lane)
-    except ConfigError:
-        solo = False
+def pool_weights_path(spec: WorkerSpec, record: KnobRecord | None) -> Path | None:
+    """The weights a worker restarting in its pool starts from: the pool's newest merged ones,
+    or in a lane that never merges its own, which it publishes every merge round; in a pool
+    that a promotion with weights formed and that has not merged yet, the promoted weights
+    (not the race-end weights of a lane). Else the newest file there is (None: none)."""
+    lane = record.lane_of(spec.index) if record is not None else None
+    solo = record is not None and not record.merges(lane)
+    path = merged_path(spec.run_path, lane)
     if solo:
-        return pool_dir(spec.run_path, lane) / weights_name(spec.index)
-    return merged_path(spec.run_path, lane)
+        path = pool_dir(spec.run_path, lane) / weights_name(spec.index)
+    own = spec.index if solo else None
+    if record is not None and pool_weights(spec.run_path, lane, record.pool, own) is None:
+        promoted = promoted_path(spec.run_path, record.pool)
+        if record.promoted_lane is not None and promoted.exists():
+            return promoted
+    return path if path.exists() else None
 
 
 def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState | None:
@@ -82,10 +96,11 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState
     start)."""
     run = trainer.members[k].run_dir
     ckpt = checkpoint_path(spec.run_path, spec.index)
-    lane = lane_now(spec)
+    record = record_now(spec)
+    lane = record.lane_of(spec.index) if record is not None else None
     has_checkpoint = ckpt.exists() or previous_path(ckpt).exists()
-    pool_weights = pool_weights_path(spec, lane)
-    from_merged = spec.start_from_merged and pool_weights.exists()
+    pool_file = pool_weights_path(spec, record)
+    from_merged = spec.start_from_merged and pool_file is not None
     if spec.resume and has_checkpoint and not from_merged:
         # The newest complete checkpoint: a damaged one falls back to the previous. Loaded
         # on the CPU: random generators take their states only from there (mapped to a GPU,
@@ -106,7 +121,7 @@ def start_worker(spec: WorkerSpec, trainer: Trainer, k: int, join) -> StartState
             state = load_checkpoint(ckpt)[0]
             trainer.load_state_dict(state, worker=k)
             start = _checkpoint_state(state, joined=True)
-        _load_networks(trainer, k, pool_weights)
+        _load_networks(trainer, k, pool_file)
         trainer.start_at(_join_step(spec, join))
         kept = len(trainer.members[k].buffer)
         run.log(StartedFromMerged(step=trainer.step, lane=lane, buffer=kept))

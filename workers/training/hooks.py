@@ -180,7 +180,7 @@ class WorkerHooks:
             settings = read_record(Path(self.spec.run_path))[1]
         except UserError:
             return  # run.json damaged: the run reports it; the lanes cannot be checked
-        check_layout(record.lanes, settings.workers, settings.merging)
+        check_layout(record.lanes, settings.workers, settings.merging, record.replicas)
 
     def _refused(self, version: int | None, reason: str, knob: str | None, value=None) -> None:
         """Record a knob record this worker does not apply: the values in force stay."""

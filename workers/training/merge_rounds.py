@@ -15,12 +15,15 @@ import torch.distributed as dist
 
 from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled, pool_weights
-from workers.rundir.directory import load_state
+from workers.rundir.directory import load_state, save_state
+from workers.rundir.paths import promoted_path
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
 from workers.training.first_weights import StartState
 from workers.training.spec import STATES, WorkerSpec
 from workers.training.stop_training import StopTraining
 from workers.training.trainer import Trainer
+
+PROMOTION_ROUND = 10**9  # a promoted lane's last round, past any round it merged in the race
 
 
 class MergeRounds:
@@ -86,13 +89,62 @@ class MergeRounds:
             if record.lanes:
                 self._take(pool_weights(spec.run_path, self.lane, self.pool))
             elif record.promoted_lane is not None:
-                promoted = record.promoted_lane, self.pool, record.promoted_worker
-                self._take(pool_weights(spec.run_path, *promoted))
+                self._take(self._promoted(record))
         self.pool, self.lane, self.pool_base = record.pool, lane, self.trainer.step
         self.backend = FileMergeBackend(
             spec.run_path, list(workers), spec.merge_timeout_s, self.stopping, lane, record.pool
         )
         return True
+
+    def _promoted(self, record: KnobRecord) -> Path | None:
+        """The promoted lane's weights as they were at the promotion: its workers make them
+        as they follow it (a last merge round of their pool, or the lane's one worker's own
+        in a lane that never merged); every other worker waits for the file, up to the merge
+        timeout, and then takes the lane's newest merged weights. A worker that comes to the
+        promotion later (restarted, added) finds the file written."""
+        spec = self.specs[0]
+        path = promoted_path(spec.run_path, record.pool)
+        if not path.exists() and (self.lane, self.pool) == (
+            record.promoted_lane,
+            record.promoted_pool,
+        ):
+            self._publish_promoted(record, path)
+        deadline = time.monotonic() + spec.merge_timeout_s
+        while not path.exists() and time.monotonic() < deadline and not self.stopping():
+            time.sleep(0.05)
+        if path.exists():
+            return path
+        old = record.promoted_lane, record.promoted_pool or 0, record.promoted_worker
+        return pool_weights(spec.run_path, *old)
+
+    def _publish_promoted(self, record: KnobRecord, path: Path) -> None:
+        """This process's part of the promoted lane's weights: a merge round of the lane's
+        workers now (the pool they leave), or the promoted worker's own weights."""
+        t, agent = self.trainer, self.trainer.agent
+        own = {self.specs[k].index: k for k in self.merging}
+        if record.promoted_worker is not None:
+            if record.promoted_worker not in own:
+                return
+            state = agent.model_state(own[record.promoted_worker])
+        else:
+            pack = agent.pack_mean(self.merging)
+            if pack is None:
+                return  # non-finite: the others' file, or the lane's last merged, stands
+            state, good, _ = pack
+            state = {k: v.detach().cpu() for k, v in state.items()}
+            if [w for w in self.backend.members() if w not in own]:
+                members = tuple(self.specs[k].index for k in good)
+                result = self._guarded(
+                    lambda: self.backend.merge(
+                        min(own), PROMOTION_ROUND, state, t.step, members, tuple(own)
+                    )
+                )
+                if result is None:
+                    return
+                state = result.merged
+        payload = {"model": {k: v.detach().cpu() for k, v in state.items()}, "step": t.step}
+        payload["pool"] = record.pool
+        self._guarded(lambda: save_state(path, payload))
 
     def _take(self, path: Path | None) -> None:
         """Weights for every worker of this process that merges: the merged ones of the pool

@@ -83,7 +83,12 @@ def worker_main(links: list[WorkerLink], pause: Any, stop: Any) -> None:
     try:
         cfgs = [Config(**sp.cfg) for sp in specs]
         trainer = Trainer(
-            cfgs[0], runs, progress=False, write_config=False, seeds=[c.seed for c in cfgs]
+            cfgs[0],
+            runs,
+            progress=False,
+            write_config=False,
+            seeds=[c.seed for c in cfgs],
+            env_seeds=[sp.env_seed for sp in specs],
         )
         for sp, run in zip(specs, runs):
             attach_exporters(

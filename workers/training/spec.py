@@ -48,6 +48,7 @@ class WorkerSpec:
     cfg: dict
     merge_with: tuple[int, ...]  # workers that take part in merges; empty: never merges
     merge_every: int  # the run's (RunSettings), used until a knob record says otherwise
+    env_seed: int | None = None  # its environments' first seed (None: its own seed, cfg's)
     merge_timeout_s: float = 30.0
     checkpoint_every: int = 10_000
     threads: int = 1

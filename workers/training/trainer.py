@@ -72,16 +72,22 @@ class Trainer:
         log_every_s: float = 10.0,
         write_config: bool = True,
         seeds: Sequence[int] | None = None,
+        env_seeds: Sequence[int | None] | None = None,
     ):
+        """`seeds`: each worker's (its agent, buffer and random actions); `env_seeds`: each
+        one's environments' first seed where it is not its own seed (a race's replicas pair
+        their lanes' environments)."""
         self.cfg = cfg
         seeds = list(seeds) if seeds else [cfg.seed]
+        firsts = [s if e is None else e for s, e in zip(seeds, env_seeds or [None] * len(seeds))]
         run_dirs = list(run_dir) if isinstance(run_dir, (list, tuple)) else [run_dir] * len(seeds)
         self.write_config = write_config
         self.hooks: TrainingHooks = NoHooks()  # run(hooks) sets them
         n = cfg.num_envs
         # All workers' envs in one vector env (asynchronous where cores allow), worker k's
-        # seeded as its own would be: seeds[k], seeds[k] + 1, ...
-        self.env_seeds = [seed + i for seed in seeds for i in range(n)]
+        # seeded as its own would be: firsts[k], firsts[k] + 1, ...
+        self.env_seeds = [seed + i for seed in firsts for i in range(n)]
+        self.eval_seeds = [seed + 10_000 for seed in firsts]  # evaluation's own episodes
         self.env = make_vector_env(
             cfg.task,
             len(self.env_seeds),
@@ -197,11 +203,9 @@ class Trainer:
             self.hooks.during_evaluation(self)
 
         on_step(0)
-        seeds = [m.seed + 10_000 for m in self.members]
         last: list[tuple] = []  # each worker's last evaluation episode (poses, rewards)
-        for m, returns, (states, rewards) in zip(
-            self.members, evaluate(self.agent, self.cfg, episodes, seeds, on_step, last), last
-        ):
+        runs = evaluate(self.agent, self.cfg, episodes, self.eval_seeds, on_step, last)
+        for m, returns, (states, rewards) in zip(self.members, runs, last):
             mean = float(np.mean(returns))
             m.eval_returns.append((self.step, mean))
             m.log(Eval(step=self.step, ret=mean, returns=tuple(round(r, 3) for r in returns)))
