@@ -81,6 +81,9 @@ def test_sharing_says_the_lane_sizes_and_the_equal_share_on_a_cpu():
     line = sharing(RunSettings(workers=4), Config(device="cpu"), record)
     assert line.startswith("lanes of 3/1 workers; every worker a process of its own")
     assert "equal compute per worker" in line
+    copies = KnobRecord(version=1, values={}, lanes=((0, 1), (2, 3), (4,), (5,)), replicas=2)
+    line = sharing(RunSettings(workers=6), Config(device="cpu"), copies)
+    assert line.startswith("lanes of 2/1 workers (2 replicas of each); every worker a process")
     no_race = KnobRecord(version=1, values={})
     assert sharing(RunSettings(workers=4), Config(device="cpu"), no_race) == ""
 

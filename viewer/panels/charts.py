@@ -73,7 +73,10 @@ class ChartsPanel:
             dpg.add_checkbox(label="autoscale", tag="autoscale", default_value=True)
             dpg.add_checkbox(label="by lane", tag="by_lane", show=False, callback=self._on_options)
             with dpg.tooltip("by_lane"):
-                dpg.add_text("In a race: one line per lane, the race table's smoothed return.")
+                dpg.add_text(
+                    "In a race: one line per lane, the race table's smoothed return; with\n"
+                    "replicas their mean, shaded between the lowest and highest replica."
+                )
         # What the published line is, and how this run's settings differ from the paper's.
         dpg.add_text("", tag="published_note", wrap=0, color=theme.MUTED)
         with dpg.tab_bar(tag="tabs"):

@@ -194,15 +194,14 @@ def sharing(settings: RunSettings, cfg: Config, record: KnobRecord) -> str:
     if not record.lanes:
         return ""
     sizes = "/".join(str(len(lane)) for lane in record.lanes[:: record.replicas])
-    if record.replicas > 1:
-        sizes += f" ({record.replicas} replicas each)"
+    copies = f" ({record.replicas} replicas of each)" if record.replicas > 1 else ""
     if gpu_count(cfg):
         return (
-            f"lanes of {sizes} workers; each lane its own pack (one process, one CUDA graph: "
-            "different planning shapes cannot share one), the same GPU share"
+            f"lanes of {sizes} workers{copies}; each lane its own pack (one process, one CUDA "
+            "graph: different planning shapes cannot share one), the same GPU share"
         )
     threads = choose_threads(len(settings.packs), settings.threads_per_worker or None).threads
     return (
-        f"lanes of {sizes} workers; every worker a process of its own with {threads} torch "
+        f"lanes of {sizes} workers{copies}; every worker a process of its own with {threads} torch "
         f"thread{'s' * (threads != 1)} at the same CPU priority: equal compute per worker"
     )
