@@ -16,6 +16,8 @@ from agent.errors import ConfigError, UserError
 from workers.run.commands import ChooseShowcase, Outcome, PinEpisode, ShowPanes
 from workers.run.owner import Run, RunSettings
 from workers.rundir.album import AlbumEntry, album_entries, keep_in_album
+from workers.rundir.knob_record import KnobStore
+from workers.rundir.lanes import Lane
 from workers.rundir.replays import EpisodeReplay
 from workers.showcase.episodes import (
     find_entry,
@@ -174,15 +176,17 @@ def test_then_and_now_panes_show_the_first_and_the_newest_episode(tmp_path):
 
 
 def test_lanes_panes_take_each_lanes_newest_episode(tmp_path, monkeypatch):
+    """A pane per race lane, each its first replica's newest episode (with 2 replicas, lane 1's
+    first copy is the record's third pool); no knob record: no lanes, no panes."""
     import workers.showcase.episodes as episodes
 
-    shown = {-2: pose_episode(0.1, 0, 50), -3: pose_episode(0.2, 2, 60)}
-    monkeypatch.setattr(episodes, "race_lanes", lambda _: 2)
+    assert pane_episodes(tmp_path, "lanes", -1) == []
+    layout = ((0,), (1,), (2,), (3,))  # lane 0 replicas 0 and 1, lane 1 replicas 0 and 1
+    KnobStore(tmp_path).initialise(tiny_run(100), 50, layout, [Lane()] * 4, replicas=2)
+    shown = {-2: pose_episode(0.1, 0, 50), -4: pose_episode(0.2, 2, 60)}  # pools 0 and 2
     monkeypatch.setattr(episodes, "newest_episode", lambda _, source: shown.get(source))
     panes = pane_episodes(tmp_path, "lanes", -1)
     assert [(r.worker, lane) for r, lane in panes] == [(0, 0), (2, 1)]
-    monkeypatch.setattr(episodes, "race_lanes", lambda _: 0)
-    assert pane_episodes(tmp_path, "lanes", -1) == []
 
 
 @pytest.fixture

@@ -350,7 +350,9 @@ class KnobChange(Line):
     version: int
     changes: dict[str, int | float]
     time: float = field(default_factory=now_s)
-    lane: int | None = None  # the lane it changed (None: every lane, and the run's values)
+    # The race lane it changed, every replica of it (None: every lane, and the run's values);
+    # a promotion's: the entry of `lanes` (one replica) whose values won.
+    lane: int | None = None
     # "race" (lanes formed), "promote" (lane `lane` won: `changes` are its values that
     # differ from the run's), "lanes" (workers moved)
     event: str = ""
