@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import socket
@@ -172,7 +173,23 @@ def events(run, kind: type[Record], worker: int | None = None) -> list[Record]:
     return found
 
 
+DURATIONS = Path(__file__).parent / "durations.json"  # each test file's seconds in a past run
+
+
 def pytest_collection_modifyitems(config, items):
-    """The slow tests first: with two test processes (pytest -n 2) one of them starts the
-    learning check at once and the other takes the rest meanwhile."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Each file's tests together, the files longest first as a past run timed them
+    (durations.json; the slow-marked learning check leads): tests/run.sh gives whole files to
+    two test processes as each frees up (pytest-xdist --dist loadfile), so the run ends on
+    short files, not with one process idle while the other finishes a long one, and a file's
+    module fixtures start once. A file missing from durations.json goes with the short ones;
+    refresh it with tests/durations.py from a run's --junitxml when long tests change."""
+    try:
+        seconds = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        seconds = {}
+
+    def order(item):
+        path = item.nodeid.split("::")[0]
+        return item.get_closest_marker("slow") is None, -float(seconds.get(path, 0.0)), path
+
+    items.sort(key=order)

@@ -233,7 +233,7 @@ def test_replicas_survive_resume_and_attach_and_a_killed_pack_restarts_into_its_
         workers=6, pack=2, replicas=2, merge_every=30, checkpoint_every=60, max_restarts=1
     )
     lanes = [Lane({"iterations": 1}, size=2), Lane({"iterations": 2}, size=1, merges=False)]
-    run = Run.create(tmp_path / "run", tiny(300), settings, lanes=lanes)
+    run = Run.create(tmp_path / "run", tiny(260), settings, lanes=lanes)
     pools = ((0, 1), (2, 3), (4,), (5,))  # lane 0 replicas 0 and 1, lane 1 replicas 0 and 1
     assert run.race.record().lanes == pools and run.race.record().replicas == 2
     run.monitor.restart_backoff_s = 0.1
@@ -251,7 +251,7 @@ def test_replicas_survive_resume_and_attach_and_a_killed_pack_restarts_into_its_
         merges = events(run, Merge, worker)
         assert merges and all(m.participants == mates for m in merges), (worker, merges)
     assert not events(run, Merge, 4) and not events(run, Merge, 5)  # merge=off
-    resumed = Run.resume(run.path, steps=350)
+    resumed = Run.resume(run.path, steps=300)
     assert (resumed.race.record().lanes, resumed.race.record().replicas) == (pools, 2)
     resumed.start()
     resumed.workers.wait()
