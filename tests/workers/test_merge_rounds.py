@@ -272,3 +272,19 @@ def test_a_promotion_of_a_lane_that_never_merged_takes_its_workers_own_weights(t
     assert rounds.follow(store.read_record())
     assert same(trainer.weights(0), winner if weights else own)  # values only: weights stay
     assert rounds.pool_state() == {"pool": 1, "lane": None, "pool_base": 130}
+
+
+def test_a_stop_while_the_winners_last_round_waits_leaves_the_promotion_without_an_error(tmp_path):
+    """Worker 0 of the winning lane follows the promotion while a stop is asked and its lane
+    mate (another process) has handed nothing in: the last round is cancelled, no file is
+    written and the worker keeps its weights for its checkpoint instead of failing."""
+    layout = ((0, 1), (2,))
+    make_run(tmp_path, CFG, RunSettings(workers=3), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1, 2), stopping=lambda: True)
+    rounds.follow(store.read_record())
+    own = trainer.weights(0)
+    version = store.promote(CFG, 0)
+    assert rounds.follow(store.read_record())
+    assert same(trainer.weights(0), own)
+    assert not (tmp_path / "merge" / f"promoted-{version}.pt").exists()

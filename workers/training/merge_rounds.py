@@ -134,11 +134,14 @@ class MergeRounds:
             state = {k: v.detach().cpu() for k, v in state.items()}
             if [w for w in self.backend.members() if w not in own]:
                 members = tuple(self.specs[k].index for k in good)
-                result = self._guarded(
-                    lambda: self.backend.merge(
-                        min(own), PROMOTION_ROUND, state, t.step, members, tuple(own)
+                try:
+                    result = self._guarded(
+                        lambda: self.backend.merge(
+                            min(own), PROMOTION_ROUND, state, t.step, members, tuple(own)
+                        )
                     )
-                )
+                except MergeCancelled:
+                    return  # a stop while waiting: the checkpoint comes first, not the file
                 if result is None:
                     return
                 state = result.merged
