@@ -7,6 +7,7 @@
     python3 launch.py --headless task=cartpole-balance model_size=1 steps=20000   # the same
     python3 launch.py bench [--model-size 5] [--json] [--learning]
     python3 launch.py montage runs/X       # an MP4 of album episodes at increasing steps
+    python3 launch.py serve runs/X         # serve a run to a window elsewhere (--connect URL)
     xvfb-run -a python3 launch.py bench --viewer 2   # the window's fps and cost on training
     python3 launch.py --install-desktop    # a menu entry (--uninstall-desktop removes it)
 
@@ -166,6 +167,8 @@ def run(argv: list[str]) -> int:
         from bench.cli import main as cli_main
     elif argv[:1] == ["montage"]:
         from workers.cli.montage import main as cli_main
+    elif argv[:1] == ["serve"]:
+        from workers.cli.serve import main as cli_main
     elif _given(argv, "headless"):
         from workers.cli.headless import main as cli_main
     else:

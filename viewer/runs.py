@@ -13,10 +13,12 @@ from collections.abc import Callable
 
 from workers.door import (
     BaseRun,
+    ConnectedRun,
     Run,
     check_run_flags,
     resumable,
     resume_from_args,
+    split_url,
     window_run_from_args,
 )
 
@@ -24,6 +26,9 @@ from workers.door import (
 def initial_run(args: argparse.Namespace) -> Callable[[], BaseRun]:
     """What creates the run the window opens on, from launch.py's flags. The flags are checked
     now; the run directory is written only when the returned callable is called."""
+    if args.connect:
+        check_run_flags(args)
+        return connect_run(args.connect, args.mirror)
     if args.attach:
         return attach_run(args.attach)
     if args.resume:
@@ -43,3 +48,10 @@ def resume_run(path: str) -> Callable[[], BaseRun]:
 def attach_run(path: str) -> Callable[[], BaseRun]:
     Run.attach(path)  # checks the directory; reads only
     return lambda: Run.attach(path)
+
+
+def connect_run(url: str, mirror: str | None) -> Callable[[], BaseRun]:
+    """A served run on another machine, through a local mirror (workers/remote/connected.py):
+    the address is checked now; the callable connects (UserError when nobody answers)."""
+    split_url(url)
+    return lambda: ConnectedRun.connect(url, mirror)

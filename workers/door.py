@@ -42,6 +42,8 @@ from workers.race.text import (
     row_cells,
     summary_lines,
 )
+from workers.remote.connected import ConnectedRun
+from workers.remote.wire import split_url
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -97,6 +99,8 @@ __all__ = [
     "Run",
     "RunSettings",
     "resumable",
+    "ConnectedRun",
+    "split_url",
     "OWNED",
     "Wording",
     "served_notice",

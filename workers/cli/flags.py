@@ -17,6 +17,7 @@ from workers.rundir.settings import RunSettings
 from workers.showcase.replay import MODES
 
 # Flags with their own handling (not plain Config overrides; config_from_args skips them).
+SERVE_PORT = 8642  # --serve without a port
 OWN_HANDLING = {"model_size", "task", "steps", "seed", "device"}
 DEFAULT_TASK, DEFAULT_SIZE = "walker-walk", 5
 
@@ -90,6 +91,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 USAGE = """launch.py [--headless] [FLAG VALUE | key=value ...]
        launch.py bench [FLAG VALUE | key=value ...]   (see launch.py bench --help)
+       launch.py serve RUN_DIR [--port P] [--host H] [--read-only]
        launch.py --install-desktop | --uninstall-desktop"""
 
 EPILOG = """examples:
@@ -98,6 +100,9 @@ EPILOG = """examples:
   python3 launch.py --headless --task walker-walk --model-size 5 --steps 100000
       train without a window; the same in the reference implementation's key=value style:
       python3 launch.py --headless task=walker-walk model_size=5 steps=100000
+  python3 launch.py --headless --task humanoid-walk --serve
+      train on this machine (a GPU server) and serve the run; on the laptop, the window:
+      python3 launch.py --connect 'http://localhost:8642/?token=...' (the line it prints)
   python3 launch.py bench --model-size 1 --json
       time an update, a plan and an environment step (launch.py bench --help for more)
 
@@ -232,6 +237,38 @@ def build_parser() -> argparse.ArgumentParser:
     multi.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
     parser.add_argument(
         "--attach", default=None, metavar="RUN_DIR", help="window: watch a run that is going on"
+    )
+    remote = parser.add_argument_group("another machine (the run served, a window connected)")
+    remote.add_argument(
+        "--serve",
+        type=int,
+        nargs="?",
+        const=SERVE_PORT,
+        default=None,
+        metavar="PORT",
+        help=f"headless: serve the run to windows elsewhere (port {SERVE_PORT} unless given), "
+        "on 127.0.0.1 unless --serve-host; prints the line to type on the laptop",
+    )
+    remote.add_argument(
+        "--serve-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address to serve on (0.0.0.0: every network; the token is then the only lock)",
+    )
+    remote.add_argument(
+        "--read-only", action="store_true", help="serve: windows watch but take no command"
+    )
+    remote.add_argument(
+        "--connect",
+        default=None,
+        metavar="URL",
+        help="window: watch and steer a served run (the URL the server printed)",
+    )
+    remote.add_argument(
+        "--mirror",
+        default=None,
+        metavar="DIR",
+        help="with --connect: where the run's copy goes (default runs/connected/RUN@HOST-PORT)",
     )
     parser.add_argument(
         "--viewport",

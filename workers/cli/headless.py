@@ -32,6 +32,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
     from workers.training.progress import WorkersProgress
     from workers.training.schedule import steps_warning
 
+    server = _bind_server(args)  # a port in use is refused before anything is written
     if args.resume:
         run = resume_from_args(args)
     else:
@@ -48,6 +49,9 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         f"{threads.describe()}\n{describe_precision(run.cfg.bf16, run.cfg.device)}",
         file=sys.stderr,
     )
+    if server is not None:
+        server.start(run.path, args.read_only)
+        print(server.instructions(), file=sys.stderr)
     progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_pretrain_updates, not args.quiet)
     interrupted = False
     next_table = time.monotonic() + RACE_TABLE_S
@@ -58,6 +62,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
             if time.monotonic() >= next_table and not args.quiet:
                 next_table += RACE_TABLE_S
                 _print_race(run, progress.write)
+            for line in server.notices() if server is not None else ():
+                progress.write(line)
             if _serve_requests(run, progress.write):  # a stop asked for: exit code 0
                 progress.write("stopping, as an attached window asked...")
                 run.stop()
@@ -75,6 +81,8 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         run.stop()
     finally:
         progress.close()
+        if server is not None:
+            server.stop()
     if run.gone:  # said above; nothing to continue from where it was
         return 1
     _print_race(run, lambda text: print(text, file=sys.stderr))
@@ -82,6 +90,15 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         return 1  # said above (the worker's line): the run cannot go on as it is
     print(f"{run.summary(interrupted)}; continue with --resume {run.path}", file=sys.stderr)
     return _exit_code(interrupted, stops)
+
+
+def _bind_server(args: argparse.Namespace):
+    """The run's server, bound (--serve), or None."""
+    if args.serve is None:
+        return None
+    from workers.remote.server import RunServer
+
+    return RunServer(args.serve_host, args.serve)
 
 
 def _print_race(run, say: Callable[[str], None]) -> None:
@@ -110,8 +127,8 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
         if not args.headless:
             raise UserError("the window is opened by launch.py (this entry point is headless)")
-        if args.attach:
-            raise UserError("--attach watches a run in the window: leave out --headless")
+        if args.attach or args.connect:
+            raise UserError("--attach and --connect open the window: leave out --headless")
         check_threads(args.threads)
         stops.install()  # Ctrl+C and SIGTERM: a clean stop from here on
         from workers.cli.new_run import check_run_flags

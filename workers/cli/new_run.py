@@ -80,11 +80,30 @@ def check_run_flags(args: argparse.Namespace) -> None:
             raise UserError(
                 "--replicas copies a race's lanes: give two --lane or more (or --control-worker)"
             )
+    check_remote_flags(args)
     if args.lane and "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a torchrun rank
         raise UserError(
             "--lane: a torchrun job does not race (its ranks merge in one all-reduce); race on "
             "one machine: launch.py --headless --workers N --lane ... --lane ..."
         )
+
+
+def check_remote_flags(args: argparse.Namespace) -> None:
+    """--serve and --connect with what goes with them (UserError otherwise)."""
+    serve = getattr(args, "serve", None)
+    if serve is None and (args.read_only or args.serve_host != "127.0.0.1"):
+        raise UserError("--read-only and --serve-host go with --serve PORT")
+    if serve is not None and not 0 <= serve <= 65535:
+        raise UserError(f"--serve PORT: a port is 1-65535 (0: any free one), got {serve}")
+    if serve is not None and not args.headless:
+        raise UserError(
+            "--serve serves a headless run (--headless); to serve a window's run: launch.py "
+            "serve RUN_DIR beside it"
+        )
+    if args.mirror and not args.connect:
+        raise UserError("--mirror goes with --connect URL")
+    if args.connect and (args.attach or args.resume):
+        raise UserError("--connect opens a served run: leave out --attach and --resume")
 
 
 def lanes_from_args(args: argparse.Namespace) -> list[Lane] | None:

@@ -1,0 +1,344 @@
+"""A run served to another machine (workers/remote/), on loopback only: the mirror equals the run
+directory and fetches only what changed, a dropped link or a restarted server loses nothing,
+nobody gets in without the token or out of the run directory, and commands are checked as the
+run checks them. Runs here are created but never started: no worker process."""
+
+import http.client
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import tiny_run as tiny
+from conftest import wait_until
+
+from agent.errors import UserError
+from workers.remote.connected import ConnectedRun
+from workers.remote.mirror import STATE, Mirror
+from workers.remote.server import RunServer
+from workers.remote.wire import (
+    REMOTE_COMMANDS,
+    TOKEN_FILE,
+    decode_command,
+    encode_command,
+    split_url,
+)
+from workers.run.commands import (
+    AddWorker,
+    Checkpoint,
+    Pause,
+    Promote,
+    RemoveWorker,
+    RestartWorker,
+    Resume,
+    SetKnobs,
+    StartRace,
+    Stop,
+)
+from workers.run.owner import Run, RunSettings
+from workers.rundir.directory import atomic_write_bytes
+from workers.rundir.lanes import Lane
+from workers.rundir.records import Episode
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file a mirror should hold, by relative path (dot files and locks are local)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not path.is_symlink():
+            if not any(p.startswith(".") for p in rel.split("/")) and not rel.endswith(".lock"):
+                found[rel] = path.read_bytes()
+    return found
+
+
+@pytest.fixture
+def served(tmp_path):
+    run = Run.create(tmp_path / "run", tiny(100), RunSettings(workers=2, pack=1))
+    server = RunServer("127.0.0.1", 0)
+    server.start(run.path)
+    yield run, server
+    server.stop()
+
+
+def mirror_of(server: RunServer, folder: Path) -> Mirror:
+    base, token = split_url(server.connect_url())
+    mirror = Mirror(base, token, folder)
+    mirror.first_copy()
+    return mirror
+
+
+def append_episodes(run: Run, worker: int, first: int, count: int) -> None:
+    with open(run.path / f"worker-{worker}.jsonl", "a") as f:
+        for i in range(first, first + count):
+            line = Episode(step=10 * i, time=1.0 + i, ret=float(i), length=10, worker=worker)
+            f.write(json.dumps(line.to_json()) + "\n")
+
+
+def test_the_mirror_equals_the_run_and_fetches_only_what_changed(served, tmp_path):
+    run, server = served
+    append_episodes(run, 0, 0, 5)
+    (run.path / "album").mkdir(exist_ok=True)
+    atomic_write_bytes(run.path / "album" / "ep.npz", b"x" * 5000)
+    mirror = mirror_of(server, tmp_path / "mirror")
+    assert tree(tmp_path / "mirror") == tree(run.path) and "worker-0.jsonl" in tree(run.path)
+    before = mirror.bytes_in
+    # An append comes as its new bytes only; a replaced file whole; a removed one goes.
+    size = (run.path / "worker-0.jsonl").stat().st_size
+    append_episodes(run, 0, 5, 3)
+    added = (run.path / "worker-0.jsonl").stat().st_size - size
+    atomic_write_bytes(run.path / "album" / "ep.npz", b"y" * 700)
+    (run.path / "config.json").rename(run.path / "moved.json")  # vanished, and a new file
+    # What is never served: dot files, locks, and a link out of the run directory.
+    (tmp_path / "secret").write_text("not the run's")
+    (run.path / "leak").symlink_to(tmp_path / "secret")
+    (run.path / ".hidden").write_text("local")
+    (run.path / "x.lock").write_text("")
+    mirror.sync()
+    moved = len((run.path / "moved.json").read_bytes())
+    assert mirror.bytes_in - before == added + 700 + moved
+    assert tree(tmp_path / "mirror") == tree(run.path)
+    assert not (tmp_path / "mirror" / "leak").exists()
+    assert not (tmp_path / "mirror" / "config.json").exists()
+    assert not (tmp_path / "mirror" / TOKEN_FILE).exists()
+    # A file that shrank (a failed write taken back) is fetched whole again.
+    data = (
+        (run.path / "worker-1.jsonl").read_bytes()
+        if (run.path / "worker-1.jsonl").exists()
+        else b""
+    )
+    (run.path / "worker-1.jsonl").write_bytes(data + b'{"kind": "x"}\n')
+    mirror.sync()
+    os.truncate(run.path / "worker-1.jsonl", len(data))
+    mirror.sync()
+    assert tree(tmp_path / "mirror") == tree(run.path)
+    assert mirror.sync() == 0  # nothing changed: nothing fetched
+
+
+def test_a_mirror_opened_again_goes_on_from_what_it_holds(served, tmp_path):
+    run, server = served
+    append_episodes(run, 0, 0, 50)
+    mirror_of(server, tmp_path / "mirror")
+    append_episodes(run, 0, 50, 1)
+    again = mirror_of(server, tmp_path / "mirror")  # a window opened later: .mirror.json
+    assert again.bytes_in < 200  # the one new line, not the file
+    assert tree(tmp_path / "mirror") == tree(run.path)
+
+
+def test_a_torn_answer_is_fetched_again_and_nothing_is_doubled(served, tmp_path, monkeypatch):
+    run, server = served
+    mirror = mirror_of(server, tmp_path / "mirror")
+    append_episodes(run, 0, 0, 20)
+    real = Mirror._ask
+
+    def torn(self, path, data=None, headers=None):
+        answer = real(self, path, data, headers)
+        if path.startswith("/files/worker-0"):
+
+            def broken(*args):
+                raise http.client.IncompleteRead(b"partial")
+
+            answer.read = broken
+        return answer
+
+    monkeypatch.setattr(Mirror, "_ask", torn)
+    with pytest.raises(Exception, match="partial|IncompleteRead"):
+        mirror.sync()
+    monkeypatch.setattr(Mirror, "_ask", real)
+    mirror.sync()
+    assert tree(tmp_path / "mirror") == tree(run.path)
+
+
+def test_a_dropped_link_and_a_restarted_server_lose_no_line(served, tmp_path):
+    """Records keep coming while the server is down; the window says so, then catches up."""
+    run, server = served
+    base, token = split_url(server.connect_url())
+    mirror = Mirror(base, token, tmp_path / "mirror")
+    mirror.first_copy()
+    notes: list[str] = []
+    mirror.start(notes.append)
+    done = threading.Event()
+
+    def write():
+        for i in range(60):
+            append_episodes(run, i % 2, i, 1)
+            atomic_write_bytes(run.path / "knobs-like.json", f'{{"v": {i}}}'.encode())
+            time.sleep(0.03)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.5)
+    port = server.port
+    server.stop()  # the server goes away mid-writing
+    assert wait_until(lambda: any("link down" in n for n in notes), timeout=10)
+    assert mirror.state().startswith("link down")
+    time.sleep(1.0)
+    again = RunServer("127.0.0.1", port)  # restarted on the same port: the same token
+    again.start(run.path)
+    try:
+        writer.join()
+        assert wait_until(lambda: tree(tmp_path / "mirror") == tree(run.path), timeout=20)
+        assert any(n.startswith("link back") for n in notes) and mirror.state() == ""
+        lines = (tmp_path / "mirror" / "worker-0.jsonl").read_text().splitlines()
+        assert [json.loads(x)["step"] for x in lines] == [10 * i for i in range(0, 60, 2)]
+    finally:
+        mirror.stop()
+        again.stop()
+    assert json.loads((tmp_path / "mirror" / STATE).read_text())["worker-0.jsonl"][1] == len(
+        (run.path / "worker-0.jsonl").read_bytes()
+    )
+
+
+def ask(server: RunServer, path: str, token: str | None, body: dict | None = None):
+    """(status, JSON answer) of one raw request."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}{path}", data=data, headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            raw = answer.read()
+            return answer.status, raw
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_nobody_gets_in_without_the_token_nor_out_of_the_run(served, tmp_path):
+    run, server = served
+    (tmp_path / "secret").write_text("not the run's")
+    (run.path / "leak").symlink_to(tmp_path / "secret")
+    assert ask(server, "/api/files", None)[0] == 401
+    assert ask(server, "/api/files", "wrong" + server.token)[0] == 401
+    assert ask(server, "/api/command", None, encode_command(Pause()))[0] == 401
+    assert not run.requests.path.exists()  # refused before anything was done
+    status, body = ask(server, "/api/files", server.token)
+    assert status == 200 and "config.json" in {f["path"] for f in json.loads(body)["files"]}
+    assert ask(server, "/files/config.json", server.token) == (
+        200,
+        (run.path / "config.json").read_bytes(),
+    )
+    for path in (
+        "/files/../secret",
+        "/files/%2e%2e/secret",
+        "/files/album/../../secret",
+        "/files//etc/passwd",
+        "/files/leak",
+        f"/files/{TOKEN_FILE}",
+        "/files/knobs.json.lock",
+        "/elsewhere",
+    ):
+        status, body = ask(server, path, server.token)
+        assert status == 404 and b"not the run's" not in body and server.token.encode() not in body
+
+
+def test_commands_are_checked_as_the_run_checks_them(served, tmp_path):
+    run, server = served
+    knobs = (run.path / "knobs.json").read_bytes()
+    for bad in (
+        encode_command(SetKnobs({"horizon": 99})),  # out of range: the run's own check
+        encode_command(SetKnobs({"no_such_knob": 1})),
+        {"command": "SetKnobs", "fields": {"changes": {"horizon": "3"}}},
+        {"command": "SetKnobs", "fields": {"changes": {}, "lane": True}},
+        {"command": "FormatDisk", "fields": {}},
+        {"command": "RemoveWorker", "fields": {"worker": 1, "path": "/"}},
+        ["not", "a", "command"],
+    ):
+        status, body = ask(server, "/api/command", server.token, bad)
+        assert status == 400 and json.loads(body)["error"], bad
+    assert (run.path / "knobs.json").read_bytes() == knobs
+    version = run.knobs.values()[0]
+    status, body = ask(
+        server, "/api/command", server.token, encode_command(SetKnobs({"horizon": 2}))
+    )
+    assert status == 200 and json.loads(body)["value"] == version + 1
+    assert run.knobs.values()[1]["horizon"] == 2
+    status, _ = ask(server, "/api/command", server.token, encode_command(Pause()))
+    assert status == 200 and run.serve_requests()[0].action == "pause"  # to the owner
+    server.read_only = True
+    knobs = (run.path / "knobs.json").read_bytes()
+    status, body = ask(
+        server, "/api/command", server.token, encode_command(SetKnobs({"horizon": 3}))
+    )
+    assert status == 403 and "read-only" in json.loads(body)["error"]
+    assert (run.path / "knobs.json").read_bytes() == knobs and run.serve_requests() == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        SetKnobs({"horizon": 3, "temperature": 0.5}, lane=1),
+        SetKnobs({"iterations": 2}),
+        Pause(),
+        Resume(),
+        Checkpoint(),
+        Stop(),
+        AddWorker(1),
+        AddWorker(),
+        RemoveWorker(2),
+        RestartWorker(),
+        StartRace((Lane({"horizon": 1}, size=2), Lane(size=1, merges=False)), replicas=3),
+        Promote(1, weights=False, replica=2),
+    ],
+)
+def test_a_command_travels_as_json_and_comes_back_the_same(command):
+    assert decode_command(json.loads(json.dumps(encode_command(command)))) == command
+
+
+def test_every_command_that_changes_the_run_travels():
+    assert {type(c) for c in (SetKnobs({}), Pause(), StartRace(()), Promote(0))} <= set(
+        REMOTE_COMMANDS
+    )
+    assert len(REMOTE_COMMANDS) == 10
+
+
+def test_the_address_is_read_from_what_the_server_printed():
+    assert split_url("http://localhost:8642/?token=abc") == ("http://localhost:8642", "abc")
+    assert split_url("localhost:9/?token=t") == ("http://localhost:9", "t")
+    for bad in ("http://localhost:8642/", "ftp://x:1/?token=t", "http://x:port/?token=t"):
+        with pytest.raises(UserError):
+            split_url(bad)
+
+
+def test_a_connected_run_sees_what_an_attached_one_sees_and_steers_the_run(tmp_path):
+    """A race (2 lanes of 1 worker), records made up: events, knobs, the race record and its
+    table come through the mirror as they are; a knob change goes to the served run."""
+    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
+    run = Run.create(tmp_path / "run", tiny(100), RunSettings(workers=2, pack=1), lanes=lanes)
+    append_episodes(run, 0, 0, 4)
+    append_episodes(run, 1, 0, 3)
+    server = RunServer("127.0.0.1", 0)
+    server.start(run.path)
+    connected = ConnectedRun.connect(server.connect_url(), tmp_path / "mirror")
+    try:
+        attached = Run.attach(run.path)
+        seen = attached.new_events()
+        assert connected.new_events() == seen and len(seen) == 7
+        assert connected.race.record() == attached.race.record()
+        assert connected.knobs.values() == attached.knobs.values()
+        assert [w["step"] for w in connected.workers.progress()] == [30, 20]
+        assert "connected to http://127.0.0.1" in connected.wording.label
+        version = connected.do(SetKnobs({"horizon": 2}, lane=1)).value
+        assert attached.race.record().version == version  # the served run has it at once
+        assert wait_until(lambda: connected.race.record() == attached.race.record(), timeout=10)
+        with pytest.raises(UserError, match="horizon"):
+            connected.do(SetKnobs({"horizon": 99}))
+    finally:
+        connected.stop()
+        server.stop()
+    with pytest.raises(UserError, match="down"):
+        connected.do(Pause())  # nobody answers now: refused, nothing sent
+
+
+def test_a_port_in_use_is_refused_in_one_line():
+    first = RunServer("127.0.0.1", 0)
+    try:
+        with pytest.raises(UserError, match=f"port {first.port} .* in use"):
+            RunServer("127.0.0.1", first.port)
+    finally:
+        first.stop()

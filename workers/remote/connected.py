@@ -1,0 +1,76 @@
+"""A window's run on another machine (`launch.py --connect URL`): a view attached to a local
+mirror of the served run directory (mirror.py), whose commands travel back over the link.
+
+Everything the window reads (records, knobs, the race, the album, weights for its own
+showcase) comes from the mirror exactly as from an attached run's directory; the commands that
+change the run go to the server (wire.REMOTE_COMMANDS), which carries them out with the run's
+own checks. The viewport, montages and screenshots are this machine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from agent.config import Config
+from agent.errors import UserError
+from workers.remote.mirror import Mirror
+from workers.remote.wire import REMOTE_COMMANDS, split_url
+from workers.run.attached import AttachedRun
+from workers.run.commands import Command, Outcome
+from workers.run.handle import handle
+from workers.run.wording import ATTACHED, Wording
+from workers.rundir.settings import RunSettings, read_record
+
+CONNECTED = Path("runs") / "connected"  # mirrors go here unless told (--mirror)
+
+
+class ConnectedRun(AttachedRun):
+    def __init__(self, path: Path, cfg: Config, settings: RunSettings, link: Mirror) -> None:
+        super().__init__(path, cfg, settings)
+        self.link = link
+
+    @classmethod
+    def connect(cls, url: str, folder: str | Path | None = None) -> ConnectedRun:
+        """Copy the served run at `url` into `folder` (default runs/connected/RUN@HOST-PORT)
+        and keep it up to date: UserError when the address answers nothing, is not a run
+        server, or refuses the token."""
+        base, token = split_url(url)
+        link = Mirror(base, token, Path("."))
+        info = link.hello()
+        if folder is None:
+            where = urlsplit(base)
+            folder = CONNECTED / f"{info['run']}@{where.hostname}-{where.port}"
+        link.folder = Path(folder)
+        link.first_copy()
+        cfg, settings = read_record(link.folder)
+        run = cls(link.folder, cfg, settings, link)
+        run._check_knob_history()
+        link.start(run._note)
+        return run
+
+    @property
+    def wording(self) -> Wording:  # type: ignore[override]
+        state = self.link.state() if hasattr(self, "link") else ""
+        where = self.link.base if hasattr(self, "link") else "a run server"
+        label = f" (connected to {where}" + (f"; {state}: showing what arrived)" if state else ")")
+        return replace(
+            ATTACHED,
+            opened=f"connected to {where}: a copy in",
+            asked=": asked of the served run",
+            label=label,
+            closing="closing the link: the run goes on where it is served",
+        )
+
+    def do(self, command: Command) -> Outcome:
+        if isinstance(command, REMOTE_COMMANDS):
+            return self.link.send(command)
+        return handle(self, command)
+
+    def start(self, nice: int = 0) -> None:
+        raise UserError("a connected window cannot start workers: they train where the run is")
+
+    def stop(self, timeout: float = 120.0) -> None:
+        super().stop(timeout)
+        self.link.stop()

@@ -1,0 +1,238 @@
+"""A local copy of a served run directory (server.py), kept up to date in a thread, that a
+window attaches to as to any run (connected.py): the window's code does not know the run is
+elsewhere.
+
+Each pass lists the served files and fetches what changed: an append-only file (records,
+CSVs, TensorBoard events) from the byte where the copy ends (HTTP Range), any other file whole,
+written atomically; a file that shrank or was replaced (another inode) is fetched whole again,
+one that vanished is removed. What the copy holds of each file is kept in `.mirror.json`, so
+a dropped link, a restarted server or a window opened again later goes on from there and no
+line is lost or doubled. Files over `max_bytes` (a checkpoint with a large replay buffer) are
+left out, with a notice: the window needs weights, which the merge files carry.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from agent.errors import UserError
+from workers.remote.wire import PROTOCOL, SERVER_NAME, encode_command
+from workers.run.commands import Command, Outcome
+from workers.rundir.directory import atomic_write_bytes, atomic_write_json
+
+STATE = ".mirror.json"  # what the copy holds of each file: [inode, size, mtime] on the server
+POLL_S = 0.5  # between passes while the link is up
+RETRY_S = 1.0  # between tries while it is down
+TIMEOUT_S = 10.0
+MAX_BYTES = 64 << 20
+APPEND_SUFFIXES = (".jsonl", ".csv")
+
+
+class LinkDown(Exception):
+    """The server answers nothing, or broke off an answer."""
+
+
+def appended_only(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(APPEND_SUFFIXES) or name.startswith("events.out.tfevents")
+
+
+class Mirror:
+    def __init__(self, base: str, token: str, folder: Path, max_bytes: int = MAX_BYTES) -> None:
+        self.base, self.folder, self.max_bytes = base, Path(folder), max_bytes
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._held: dict[str, list[int]] = {}
+        self._left_out: set[str] = set()
+        self.bytes_in = 0  # fetched so far (the body of each answer)
+        self.down_since: float | None = None
+        self.reason = ""  # why the link is down
+        self._wake, self._stopped = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+        self._note: Callable[[str], None] = lambda text: None
+
+    # talking to the server ------------------------------------------------------------------
+    def _ask(self, path: str, data: bytes | None = None, headers: dict | None = None):
+        request = urllib.request.Request(
+            self.base + path, data=data, headers={**self._headers, **(headers or {})}
+        )
+        return urllib.request.urlopen(request, timeout=TIMEOUT_S)
+
+    def hello(self) -> dict:
+        """Who answers at the address: UserError when nobody, not a run server, or the token
+        is refused (at connect time; later the same faults are a link down)."""
+        try:
+            with self._ask("/api/hello") as answer:
+                info = json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            if err.code == 401 and SERVER_NAME in (err.headers.get("Server") or ""):
+                raise UserError(f"{self.base}: the run server refused the token") from None
+            raise UserError(f"{self.base}: not a run server (HTTP {err.code})") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            reason = getattr(err, "reason", err)
+            raise UserError(f"{self.base}: answers nothing ({reason})") from None
+        except ValueError:
+            raise UserError(f"{self.base}: not a run server (its answer is not JSON)") from None
+        if not isinstance(info, dict) or info.get("server") != SERVER_NAME:
+            raise UserError(f"{self.base}: not a run server")
+        if info.get("protocol") != PROTOCOL:
+            raise UserError(
+                f"{self.base}: a run server of another version (protocol {info.get('protocol')}, "
+                f"this window speaks {PROTOCOL}): use the same version on both machines"
+            )
+        return info
+
+    def send(self, command: Command) -> Outcome:
+        """Carry out `command` on the served run: its Outcome, or UserError with the run's
+        refusal, or with why the link did not carry it (then nothing was done)."""
+        body = json.dumps(encode_command(command)).encode()
+        try:
+            with self._ask("/api/command", body, {"Content-Type": "application/json"}) as answer:
+                reply = json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            try:
+                why = json.loads(err.read()).get("error", "")
+            except (ValueError, AttributeError, OSError):
+                why = f"HTTP {err.code}"
+            raise UserError(why) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            reason = getattr(err, "reason", err)
+            raise UserError(
+                f"the link to {self.base} is down ({reason}): not sent; try again when it is back"
+            ) from None
+        self.wake()  # what the command changed comes back sooner
+        return Outcome(tuple(reply.get("notices", ())), reply.get("value"))
+
+    # the copy --------------------------------------------------------------------------------
+    def sync(self) -> int:
+        """One pass: fetch what changed; the bytes fetched. LinkDown if the link fails (what
+        was fetched so far stays, and the next pass goes on from there)."""
+        try:
+            with self._ask("/api/files") as answer:
+                listing = json.loads(answer.read())["files"]
+            fetched = sum(self._update(f) for f in listing)
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as err:
+            raise LinkDown(str(getattr(err, "reason", err))) from None
+        finally:
+            self._save_state()
+        self._drop_vanished({f["path"] for f in listing})
+        return fetched
+
+    def _update(self, served: dict) -> int:
+        path, size = served["path"], served["size"]
+        now = [served["ino"], size, served["mtime"]]
+        held = self._held.get(path)
+        local = self.folder / path
+        if held == now and local.exists():
+            return 0
+        if size > self.max_bytes:
+            if path not in self._left_out:
+                self._left_out.add(path)
+                self._note(f"mirror: {path} left out ({size / 1e6:.0f} MB, over the cap)")
+            return 0
+        here = local.stat().st_size if local.exists() else -1
+        if (
+            held is not None
+            and appended_only(path)
+            and held[0] == now[0]
+            and held[1] == here
+            and size > here
+        ):
+            return self._fetch(path, start=here)
+        return self._fetch(path)
+
+    def _fetch(self, path: str, start: int = 0) -> int:
+        """The file from byte `start` on: appended to the copy, or (0) written whole."""
+        headers = {"Range": f"bytes={start}-"} if start else {}
+        try:
+            with self._ask("/files/" + quote(path), headers=headers) as answer:
+                data = answer.read()
+                ino, mtime = int(answer.headers["X-Ino"]), int(answer.headers["X-Mtime"])
+        except urllib.error.HTTPError as err:
+            if err.code not in (404, 416):
+                raise
+            self._held.pop(path, None)  # shrunk since the listing: whole in the next pass
+            if err.code == 404:  # removed since the listing
+                (self.folder / path).unlink(missing_ok=True)
+            return 0
+        local = self.folder / path
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if start:
+            with open(local, "ab") as f:
+                f.write(data)
+        else:
+            atomic_write_bytes(local, data)
+        self._held[path] = [ino, start + len(data), mtime]
+        self.bytes_in += len(data)
+        return len(data)
+
+    def _drop_vanished(self, served: set[str]) -> None:
+        for path in [p for p in self._held if p not in served]:
+            (self.folder / path).unlink(missing_ok=True)
+            del self._held[path]
+
+    def _load_state(self) -> None:
+        try:
+            self._held = json.loads((self.folder / STATE).read_text())
+        except (OSError, ValueError):
+            self._held = {}  # a first copy, or a damaged note: every file is fetched whole
+
+    def _save_state(self) -> None:
+        atomic_write_json(self.folder / STATE, self._held)
+
+    # the thread --------------------------------------------------------------------------------
+    def start(self, note: Callable[[str], None]) -> None:
+        """Keep the copy up to date in a thread; `note` takes a line when the link goes down
+        and when it is back."""
+        self._note = note
+        self._thread = threading.Thread(target=self._follow, name="mirror", daemon=True)
+        self._thread.start()
+
+    def first_copy(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._load_state()
+        try:
+            self.sync()
+        except LinkDown as err:
+            raise UserError(f"{self.base}: the link broke during the first copy ({err})") from None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=TIMEOUT_S + 5)
+
+    def _follow(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                fetched = self.sync()
+                if self.down_since is not None:
+                    gap = time.monotonic() - self.down_since
+                    self.down_since = None
+                    self._note(f"link back after {gap:.0f} s: caught up ({fetched:,} bytes)")
+            except LinkDown as err:
+                self.reason = str(err)
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+                    self._note(
+                        f"link down ({err}): showing what arrived; it catches up when the link "
+                        "is back"
+                    )
+            self._wake.wait(POLL_S if self.down_since is None else RETRY_S)
+            self._wake.clear()
+
+    def state(self) -> str:
+        """ "" while the link is up; else how long it has been down."""
+        if self.down_since is None:
+            return ""
+        return f"link down {time.monotonic() - self.down_since:.0f} s"
