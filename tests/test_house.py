@@ -22,7 +22,8 @@ WORKERS = {
     "showcase": {"host", "rundir"},
     "race": {"host", "rundir"},
     "run": {"host", "rundir", "merging", "training", "showcase", "race"},
-    "cli": {"host", "rundir", "merging", "training", "showcase", "race", "run"},
+    "remote": {"rundir", "run"},
+    "cli": {"host", "rundir", "merging", "training", "showcase", "race", "run", "remote"},
 }
 DOOR = "workers.door"  # the window's one way into workers/ (it may import every sub-package)
 # What bench/'s micro-benchmarks may take from inside workers/: one part timed alone. Whole runs,

@@ -18,7 +18,6 @@ from workers.door import (
     check_run_flags,
     resumable,
     resume_from_args,
-    split_url,
     window_run_from_args,
 )
 
@@ -52,6 +51,6 @@ def attach_run(path: str) -> Callable[[], BaseRun]:
 
 def connect_run(url: str, mirror: str | None) -> Callable[[], BaseRun]:
     """A served run on another machine, through a local mirror (workers/remote/connected.py):
-    the address is checked now; the callable connects (UserError when nobody answers)."""
-    split_url(url)
+    checked now (the server must answer and take the token); the callable copies the run."""
+    ConnectedRun.check(url)
     return lambda: ConnectedRun.connect(url, mirror)

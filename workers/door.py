@@ -43,7 +43,6 @@ from workers.race.text import (
     summary_lines,
 )
 from workers.remote.connected import ConnectedRun
-from workers.remote.wire import split_url
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -100,7 +99,6 @@ __all__ = [
     "RunSettings",
     "resumable",
     "ConnectedRun",
-    "split_url",
     "OWNED",
     "Wording",
     "served_notice",

@@ -611,3 +611,50 @@ def test_launch_routes_key_value_switches():
     assert not launch._given(["headless=false"], "headless")
     assert launch._given(["bench", "viewer=0"], "viewer", switch=False)
     assert not launch._given(["--headlessly"], "headless")
+
+
+def test_remote_viewing_refuses_bad_input_in_one_line(tmp_path, monkeypatch):
+    """--connect to an address that answers nothing, to something that is not a run server, with
+    a refused token; --serve on a port in use (before the run directory is written); serve of a
+    directory that is no run; the remote flags without what they go with."""
+    import http.server
+    import socket
+    import threading
+
+    from conftest import tiny_run
+
+    from workers.remote.server import RunServer
+    from workers.run.owner import Run, RunSettings
+
+    run = Run.create(tmp_path / "run", tiny_run(100), RunSettings(workers=1))
+    server = RunServer("127.0.0.1", 0)
+    server.start(run.path)
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    monkeypatch.setenv("DISPLAY", ":987")  # refused before the display is touched
+    cases = [
+        (["--connect", f"http://127.0.0.1:{dead}/?token=x"], ["answers nothing"]),
+        (["--connect", f"http://127.0.0.1:{other.server_port}/?token=x"], ["not a run server"]),
+        (["--connect", f"http://127.0.0.1:{server.port}/?token=wrong"], ["refused the token"]),
+        (["--connect", f"http://127.0.0.1:{server.port}/"], ["no token"]),
+        (
+            ["--headless", *TINY, "--serve", str(server.port), "--run-dir", str(tmp_path / "r")],
+            [f"port {server.port}", "in use"],
+        ),
+        (["serve", str(tmp_path)], ["not a multi-worker run directory"]),
+        (["serve", str(run.path), "--port", str(server.port)], ["in use"]),
+        (["--mirror", str(tmp_path / "m")], ["--mirror goes with --connect"]),
+        (["--serve", "9000"], ["--serve serves a headless run"]),
+        (["--headless", "--read-only"], ["go with --serve"]),
+    ]
+    try:
+        results = json.loads(batch([argv for argv, _ in cases]).stdout)
+    finally:
+        server.stop()
+        other.shutdown()
+    for (argv, words), (code, stderr) in zip(cases, results):
+        assert_clean_error(subprocess.CompletedProcess(argv, code, "", stderr), *words)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()

@@ -31,6 +31,12 @@ class ConnectedRun(AttachedRun):
         super().__init__(path, cfg, settings)
         self.link = link
 
+    @staticmethod
+    def check(url: str) -> None:
+        """UserError unless a run server answers at `url` and takes its token (reads only)."""
+        base, token = split_url(url)
+        Mirror(base, token, Path(".")).hello()
+
     @classmethod
     def connect(cls, url: str, folder: str | Path | None = None) -> ConnectedRun:
         """Copy the served run at `url` into `folder` (default runs/connected/RUN@HOST-PORT)
