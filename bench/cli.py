@@ -78,12 +78,23 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--race", type=int, default=0, metavar="N", help="a race's lag per lane, promotion, cost"
     )
+    parser.add_argument(
+        "--remote",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N workers served on loopback and watched by a connected window: delays, the "
+        "link's bytes, agent steps/s with and without (--seconds, --rounds)",
+    )
     parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
     parser.add_argument(
         "--pack-only", action="store_true", help="time the packs alone (--pack; a GPU's case)"
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="alternating rounds of --repeats steps (--pack)"
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating rounds of --repeats steps (--pack), or of both runs (--remote)",
     )
     parser.add_argument(
         "--self-check",
@@ -182,6 +193,13 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
     if args.race:
         root = args.run_dir or str(default_run_dir(f"race-{cfg.task}"))
         result = race_benchmark(cfg, args.race, args.seconds, root)
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.remote:
+        from bench.remote import remote_benchmark
+
+        root = args.run_dir or str(default_run_dir(f"remote-{cfg.task}"))
+        result = remote_benchmark(cfg, args.remote, args.seconds, root, args.rounds)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.live:

@@ -43,6 +43,7 @@ from workers.race.text import (
     summary_lines,
 )
 from workers.remote.connected import ConnectedRun
+from workers.remote.server import RunServer
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -99,6 +100,7 @@ __all__ = [
     "RunSettings",
     "resumable",
     "ConnectedRun",
+    "RunServer",
     "OWNED",
     "Wording",
     "served_notice",

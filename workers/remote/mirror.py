@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -40,6 +41,15 @@ class LinkDown(Exception):
     """The server answers nothing, or broke off an answer."""
 
 
+def kind_of(path: str) -> str:
+    """What a file is, for counting the link's bytes: records, weights, episodes or other."""
+    name = path.rsplit("/", 1)[-1]
+    if name.endswith(APPEND_SUFFIXES):
+        return "records"
+    kinds = {".pt": "weights", ".npz": "episodes"}
+    return kinds.get(Path(name).suffix, "tensorboard" if "tfevents" in name else "other")
+
+
 def appended_only(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return name.endswith(APPEND_SUFFIXES) or name.startswith("events.out.tfevents")
@@ -52,6 +62,7 @@ class Mirror:
         self._held: dict[str, list[int]] = {}
         self._left_out: set[str] = set()
         self.bytes_in = 0  # fetched so far (the body of each answer)
+        self.bytes_by: Counter[str] = Counter()  # the same by kind_of
         self.down_since: float | None = None
         self.reason = ""  # why the link is down
         self._wake, self._stopped = threading.Event(), threading.Event()
@@ -171,6 +182,7 @@ class Mirror:
             atomic_write_bytes(local, data)
         self._held[path] = [ino, start + len(data), mtime]
         self.bytes_in += len(data)
+        self.bytes_by[kind_of(path)] += len(data)
         return len(data)
 
     def _drop_vanished(self, served: set[str]) -> None:
