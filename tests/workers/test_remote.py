@@ -72,6 +72,11 @@ def mirror_of(server: RunServer, folder: Path) -> Mirror:
     return mirror
 
 
+def file_bytes(mirror: Mirror) -> int:
+    """What the mirror fetched of the files themselves (not the listings)."""
+    return mirror.bytes_in - mirror.bytes_by["listing"]
+
+
 def append_episodes(run: Run, worker: int, first: int, count: int) -> None:
     with open(run.path / f"worker-{worker}.jsonl", "a") as f:
         for i in range(first, first + count):
@@ -86,7 +91,7 @@ def test_the_mirror_equals_the_run_and_fetches_only_what_changed(served, tmp_pat
     atomic_write_bytes(run.path / "album" / "ep.npz", b"x" * 5000)
     mirror = mirror_of(server, tmp_path / "mirror")
     assert tree(tmp_path / "mirror") == tree(run.path) and "worker-0.jsonl" in tree(run.path)
-    before = mirror.bytes_in
+    before = file_bytes(mirror)
     # An append comes as its new bytes only; a replaced file whole; a removed one goes.
     size = (run.path / "worker-0.jsonl").stat().st_size
     append_episodes(run, 0, 5, 3)
@@ -100,7 +105,7 @@ def test_the_mirror_equals_the_run_and_fetches_only_what_changed(served, tmp_pat
     (run.path / "x.lock").write_text("")
     mirror.sync()
     moved = len((run.path / "moved.json").read_bytes())
-    assert mirror.bytes_in - before == added + 700 + moved
+    assert file_bytes(mirror) - before == added + 700 + moved
     assert tree(tmp_path / "mirror") == tree(run.path)
     assert not (tmp_path / "mirror" / "leak").exists()
     assert not (tmp_path / "mirror" / "config.json").exists()
@@ -116,7 +121,9 @@ def test_the_mirror_equals_the_run_and_fetches_only_what_changed(served, tmp_pat
     os.truncate(run.path / "worker-1.jsonl", len(data))
     mirror.sync()
     assert tree(tmp_path / "mirror") == tree(run.path)
-    assert mirror.sync() == 0  # nothing changed: nothing fetched
+    listed = mirror.bytes_by["listing"]
+    assert mirror.sync() == 0  # nothing changed: nothing fetched, the listing not sent again
+    assert mirror.bytes_by["listing"] == listed and listed > 0
 
 
 def test_a_mirror_opened_again_goes_on_from_what_it_holds(served, tmp_path):
@@ -125,7 +132,7 @@ def test_a_mirror_opened_again_goes_on_from_what_it_holds(served, tmp_path):
     mirror_of(server, tmp_path / "mirror")
     append_episodes(run, 0, 50, 1)
     again = mirror_of(server, tmp_path / "mirror")  # a window opened later: .mirror.json
-    assert again.bytes_in < 200  # the one new line, not the file
+    assert file_bytes(again) < 200  # the one new line, not the file
     assert tree(tmp_path / "mirror") == tree(run.path)
 
 

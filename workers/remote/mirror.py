@@ -13,6 +13,7 @@ left out, with a notice: the window needs weights, which the merge files carry.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import threading
@@ -62,7 +63,9 @@ class Mirror:
         self._held: dict[str, list[int]] = {}
         self._left_out: set[str] = set()
         self.bytes_in = 0  # fetched so far (the body of each answer)
-        self.bytes_by: Counter[str] = Counter()  # the same by kind_of
+        self.bytes_by: Counter[str] = Counter()  # the same by kind_of, and the listings
+        self._files: list[dict] = []  # the last listing, and its ETag
+        self._etag = ""
         self.down_since: float | None = None
         self.reason = ""  # why the link is down
         self._wake, self._stopped = threading.Event(), threading.Event()
@@ -126,15 +129,33 @@ class Mirror:
         """One pass: fetch what changed; the bytes fetched. LinkDown if the link fails (what
         was fetched so far stays, and the next pass goes on from there)."""
         try:
-            with self._ask("/api/files") as answer:
-                listing = json.loads(answer.read())["files"]
+            listing = self._listing()
             fetched = sum(self._update(f) for f in listing)
         except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as err:
+            self._etag = ""  # a torn answer may have left the copy short: list again
             raise LinkDown(str(getattr(err, "reason", err))) from None
         finally:
             self._save_state()
         self._drop_vanished({f["path"] for f in listing})
         return fetched
+
+    def _listing(self) -> list[dict]:
+        """The served files: the one held when nothing changed (304), else the new one."""
+        headers = {"Accept-Encoding": "gzip", "If-None-Match": self._etag}
+        try:
+            with self._ask("/api/files", headers=headers) as answer:
+                body = answer.read()
+                gzipped = answer.headers.get("Content-Encoding") == "gzip"
+                etag = answer.headers.get("ETag", "")
+        except urllib.error.HTTPError as err:
+            if err.code != 304:
+                raise
+            return self._files
+        self.bytes_in += len(body)
+        self.bytes_by["listing"] += len(body)
+        self._files = json.loads(gzip.decompress(body) if gzipped else body)["files"]
+        self._etag = etag
+        return self._files
 
     def _update(self, served: dict) -> int:
         path, size = served["path"], served["size"]
