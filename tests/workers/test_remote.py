@@ -312,10 +312,11 @@ def test_the_address_is_read_from_what_the_server_printed():
             split_url(bad)
 
 
-def test_a_connected_run_sees_what_an_attached_one_sees_and_steers_the_run(tmp_path):
-    """A race (2 lanes of 1 worker), records made up: events, knobs, the race record and its
-    table come through the mirror as they are; a knob change goes to the served run."""
-    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})]
+@pytest.mark.parametrize("race", [False, True])
+def test_a_connected_run_sees_what_an_attached_one_sees_and_steers_the_run(tmp_path, race):
+    """A plain run and a race (2 lanes of 1 worker), records made up: events, knobs, the race
+    record come through the mirror as they are; a knob change goes to the served run."""
+    lanes = [Lane({"iterations": 1}), Lane({"iterations": 2})] if race else None
     run = Run.create(tmp_path / "run", tiny(100), RunSettings(workers=2, pack=1), lanes=lanes)
     append_episodes(run, 0, 0, 4)
     append_episodes(run, 1, 0, 3)
@@ -330,7 +331,7 @@ def test_a_connected_run_sees_what_an_attached_one_sees_and_steers_the_run(tmp_p
         assert connected.knobs.values() == attached.knobs.values()
         assert [w["step"] for w in connected.workers.progress()] == [30, 20]
         assert "connected to http://127.0.0.1" in connected.wording.label
-        version = connected.do(SetKnobs({"horizon": 2}, lane=1)).value
+        version = connected.do(SetKnobs({"horizon": 2}, lane=1 if race else None)).value
         assert attached.race.record().version == version  # the served run has it at once
         assert wait_until(lambda: connected.race.record() == attached.race.record(), timeout=10)
         with pytest.raises(UserError, match="horizon"):
