@@ -9,6 +9,7 @@ start-up and its new-run dialog (viewer/panels/dialogs.py).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from workers.door import (
@@ -53,4 +54,9 @@ def connect_run(url: str, mirror: str | None) -> Callable[[], BaseRun]:
     """A served run on another machine, through a local mirror (workers/remote/connected.py):
     checked now (the server must answer and take the token); the callable copies the run."""
     ConnectedRun.check(url)
-    return lambda: ConnectedRun.connect(url, mirror)
+
+    def connect() -> BaseRun:
+        print(f"copying the served run from {url.split('?')[0]}...", file=sys.stderr)
+        return ConnectedRun.connect(url, mirror)
+
+    return connect

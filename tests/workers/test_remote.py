@@ -350,3 +350,35 @@ def test_a_port_in_use_is_refused_in_one_line():
             RunServer("127.0.0.1", first.port)
     finally:
         first.stop()
+
+
+def test_a_server_gone_wrong_cannot_write_outside_the_mirror(tmp_path):
+    """The window trusts no path a server lists: one out of the mirror, absolute, or over the
+    mirror's own notes is never fetched."""
+    import http.server
+
+    class Rogue(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            names = ["../escape", "/tmp/abs", ".mirror.json", "a/../../escape", "fine.jsonl"]
+            files = [{"path": n, "size": 3, "ino": 1, "mtime": 1} for n in names]
+            body = json.dumps({"files": files}).encode() if "api" in self.path else b"bad"
+            self.send_response(200)
+            self.send_header("X-Ino", "1")
+            self.send_header("X-Mtime", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    rogue = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rogue)
+    threading.Thread(target=rogue.serve_forever, daemon=True).start()
+    try:
+        mirror = Mirror(f"http://127.0.0.1:{rogue.server_port}", "t", tmp_path / "m" / "mirror")
+        mirror.first_copy()
+    finally:
+        rogue.shutdown()
+    assert (tmp_path / "m" / "mirror" / "fine.jsonl").read_bytes() == b"bad"
+    assert not (tmp_path / "m" / "escape").exists() and not (tmp_path / "escape").exists()
+    assert json.loads((tmp_path / "m" / "mirror" / STATE).read_text()) == {"fine.jsonl": [1, 3, 1]}

@@ -70,7 +70,8 @@ class Mirror:
         self.reason = ""  # why the link is down
         self._wake, self._stopped = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
-        self._note: Callable[[str], None] = lambda text: None
+        self._early: list[str] = []  # notes of the first copy, before the window takes them
+        self._note: Callable[[str], None] = self._early.append
 
     # talking to the server ------------------------------------------------------------------
     def _ask(self, path: str, data: bytes | None = None, headers: dict | None = None):
@@ -159,6 +160,9 @@ class Mirror:
 
     def _update(self, served: dict) -> int:
         path, size = served["path"], served["size"]
+        parts = path.split("/")
+        if path.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            return 0  # never outside the mirror, nor over its own notes (a server gone wrong)
         now = [served["ino"], size, served["mtime"]]
         held = self._held.get(path)
         local = self.folder / path
@@ -225,6 +229,8 @@ class Mirror:
         """Keep the copy up to date in a thread; `note` takes a line when the link goes down
         and when it is back."""
         self._note = note
+        for text in self._early:
+            note(text)
         self._thread = threading.Thread(target=self._follow, name="mirror", daemon=True)
         self._thread.start()
 

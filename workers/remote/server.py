@@ -161,6 +161,7 @@ class RunServer:
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"{SERVER_NAME}/{PROTOCOL}"
     protocol_version = "HTTP/1.1"  # keep-alive: a window polls every half second
+    timeout = 60  # a connection silent this long is closed (its thread ends)
 
     @property
     def run_server(self) -> RunServer:
