@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_run as tiny
 from conftest import wait_until
+from helpers.mirror_files import tree
 
 from agent.errors import UserError
 from workers.remote.connected import ConnectedRun
@@ -43,17 +44,6 @@ from workers.run.owner import Run, RunSettings
 from workers.rundir.directory import atomic_write_bytes
 from workers.rundir.lanes import Lane
 from workers.rundir.records import Episode
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file a mirror should hold, by relative path (dot files and locks are local)."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_file() and not path.is_symlink():
-            if not any(p.startswith(".") for p in rel.split("/")) and not rel.endswith(".lock"):
-                found[rel] = path.read_bytes()
-    return found
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from conftest import events, start_program, wait_until
 from conftest import tiny_run as tiny
+from helpers.mirror_files import tree
 
 from workers.race.text import race_of
 from workers.remote.connected import ConnectedRun
@@ -20,16 +21,6 @@ from workers.rundir.lanes import Lane
 from workers.rundir.records import KnobsApplied
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    found = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        hidden = any(p.startswith(".") for p in rel.split("/")) or rel.endswith(".lock")
-        if path.is_file() and not hidden:
-            found[rel] = path.read_bytes()
-    return found
 
 
 def serve(run_path: Path, port: int):
