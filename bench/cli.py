@@ -127,7 +127,7 @@ def build_bench_parser() -> argparse.ArgumentParser:
         "--merge-every",
         type=int,
         default=RunSettings.merge_every,
-        help="agent steps (--merge-gain)",
+        help="agent steps (--merge-gain, --remote)",
     )
     parser.add_argument(
         "--merge-optimiser",
@@ -199,7 +199,9 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         from bench.remote import remote_benchmark
 
         root = args.run_dir or str(default_run_dir(f"remote-{cfg.task}"))
-        result = remote_benchmark(cfg, args.remote, args.seconds, root, args.rounds)
+        result = remote_benchmark(
+            cfg, args.remote, args.merge_every, args.seconds, root, args.rounds
+        )
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.live:

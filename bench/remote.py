@@ -30,8 +30,9 @@ def _rate(episodes: list[Episode]) -> float:
     return total
 
 
-def _watched(cfg: Config, workers: int, seconds: float, path: Path) -> dict:
-    run = Run.create(path, cfg, RunSettings(workers=workers))
+def _watched(cfg: Config, settings: RunSettings, seconds: float, path: Path) -> dict:
+    workers = settings.workers
+    run = Run.create(path, cfg, settings)
     server = RunServer("127.0.0.1", 0)
     server.start(run.path)
     run.start()
@@ -73,8 +74,8 @@ def _watched(cfg: Config, workers: int, seconds: float, path: Path) -> dict:
     }
 
 
-def _plain(cfg: Config, workers: int, seconds: float, path: Path) -> float:
-    run = Run.create(path, cfg, RunSettings(workers=workers))
+def _plain(cfg: Config, settings: RunSettings, seconds: float, path: Path) -> float:
+    run = Run.create(path, cfg, settings)
     run.start()
     time.sleep(seconds)
     episodes = [r for r in run.new_events() if isinstance(r, Episode)]
@@ -92,11 +93,20 @@ def _spread(values: list[float]) -> dict:
     }
 
 
-def remote_benchmark(cfg: Config, workers: int, seconds: float, root: str, rounds: int) -> dict:
+def remote_benchmark(
+    cfg: Config, workers: int, merge_every: int, seconds: float, root: str, rounds: int
+) -> dict:
+    settings = RunSettings(workers=workers, merge_every=merge_every)
     rounds_out = []
     for r in range(rounds):
-        watched = _watched(cfg, workers, seconds, Path(root) / f"watched-{r}")
-        plain = _plain(cfg, workers, seconds, Path(root) / f"plain-{r}")
+        watched = _watched(cfg, settings, seconds, Path(root) / f"watched-{r}")
+        plain = _plain(cfg, settings, seconds, Path(root) / f"plain-{r}")
         watched["agent_steps_per_s_plain"] = plain
         rounds_out.append(watched)
-    return {"workers": workers, "task": cfg.task, "seconds": seconds, "rounds": rounds_out}
+    return {
+        "workers": workers,
+        "task": cfg.task,
+        "merge_every": merge_every,
+        "seconds": seconds,
+        "rounds": rounds_out,
+    }
