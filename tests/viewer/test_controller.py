@@ -13,12 +13,14 @@ from helpers.album_run import episode_poses
 from viewer.controller import Controller
 from workers.door import (
     ChooseShowcase,
+    ConnectedRun,
     MakeMontage,
     OpenShowcase,
     Outcome,
     Pause,
     PauseRendering,
     RemoveWorker,
+    RunServer,
     SetKnobs,
     Stop,
 )
@@ -46,6 +48,13 @@ class Recorded(Recording, Run):
 
 class RecordedView(Recording, AttachedRun):
     pass
+
+
+class UnopenedConnected(ConnectedRun):
+    """A connected window's run whose opening is not carried out (no player)."""
+
+    def do(self, command):
+        return Outcome() if isinstance(command, OpenShowcase) else super().do(command)
 
 
 def next_of(q: queue.SimpleQueue, timeout: float = 30.0):
@@ -126,6 +135,30 @@ def test_a_view_asks_the_owner_and_its_stop_button_leaves_the_window_running(tmp
         served = owner.serve_requests()
         assert [r.action for r in served] == ["pause", "stop"] and owner.is_paused()
         assert controller.view.phase == "running"  # the view goes on watching
+    finally:
+        controller.shutdown(timeout=60)
+
+
+def test_a_connected_window_steers_the_served_run_and_says_when_the_link_is_down(tmp_path):
+    owner = Run.create(tmp_path / "run", tiny(100), RunSettings(workers=2, pack=1))
+    server = RunServer("127.0.0.1", 0)
+    server.start(owner.path)
+    view = UnopenedConnected.connect(server.connect_url(), tmp_path / "mirror")
+    controller = Controller((48, 64))
+    controller.open(lambda: view)
+    try:
+        notices_until(controller, "connected to http://127.0.0.1")
+        controller.send(SetKnobs({"horizon": 2}))
+        assert notices_until(controller, "knobs v")[-1] == "knobs v1: horizon=2"
+        assert owner.knobs.values()[1]["horizon"] == 2  # the served run has it
+        server.stop()
+        notices_until(controller, "link down")
+        deadline = time.monotonic() + 10
+        while "link down" not in controller.view.wording.label and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "link down" in controller.view.wording.label  # the status line says so
+        controller.send(Pause())
+        assert "not sent" in notices_until(controller, "refused")[-1]
     finally:
         controller.shutdown(timeout=60)
 
