@@ -2,13 +2,15 @@
 mirror of the served run directory (mirror.py), whose commands travel back over the link.
 
 Everything the window reads (records, knobs, the race, the album, weights for its own
-showcase) comes from the mirror exactly as from an attached run's directory; the commands that
+showcase: of the workers' own, only the shown worker's) comes from the mirror exactly as from
+an attached run's directory; the commands that
 change the run go to the server (wire.REMOTE_COMMANDS), which carries them out with the run's
 own checks. The viewport, montages and screenshots are this machine's.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,12 +20,28 @@ from agent.errors import UserError
 from workers.remote.mirror import Mirror
 from workers.remote.wire import REMOTE_COMMANDS, split_url
 from workers.run.attached import AttachedRun
-from workers.run.commands import Command, Outcome
+from workers.run.commands import ChooseShowcase, Command, Outcome
 from workers.run.handle import handle
 from workers.run.wording import ATTACHED, Wording
+from workers.rundir.paths import merged_path
 from workers.rundir.settings import RunSettings, read_record
 
 CONNECTED = Path("runs") / "connected"  # mirrors go here unless told (--mirror)
+# One worker's weights: its merge contribution (in any pool), checkpoint or final weights.
+WORKER_WEIGHTS = re.compile(r"(?:^|/)worker-(\d+)(?:\.prev)?\.pt$")
+
+
+def shown_weights_only(path: str, source: int, merged_here: bool) -> bool:
+    """Whether the mirror fetches `path` while the viewport shows `source` (a showcase source:
+    -1 merged, k >= 0 worker k, <= -2 a lane's merged): every file but the workers' weights, of
+    which only the shown worker's, and worker 0's checkpoint while the mirror holds no merged
+    weights (the merged source's stand-in before the first merge, shown_weights.py)."""
+    match = WORKER_WEIGHTS.search(path)
+    if match is None:
+        return True
+    worker = int(match[1])
+    stand_in = source == -1 and worker == 0 and path.startswith("checkpoints/")
+    return worker == source or (stand_in and not merged_here)
 
 
 class ConnectedRun(AttachedRun):
@@ -49,10 +67,15 @@ class ConnectedRun(AttachedRun):
             where = urlsplit(base)
             folder = CONNECTED / f"{info['run']}@{where.hostname}-{where.port}"
         link.folder = Path(folder)
+        merged = merged_path(link.folder)
+        link.wants = lambda path: shown_weights_only(path, -1, merged.exists())
         link.first_copy()
         cfg, settings = read_record(link.folder)
         run = cls(link.folder, cfg, settings, link)
         run._check_knob_history()
+        link.wants = lambda path: shown_weights_only(
+            path, run.showcase.settings()["source"], merged.exists()
+        )
         link.start(run._note)
         return run
 
@@ -72,7 +95,10 @@ class ConnectedRun(AttachedRun):
     def do(self, command: Command) -> Outcome:
         if isinstance(command, REMOTE_COMMANDS):
             return self.link.send(command)
-        return handle(self, command)
+        outcome = handle(self, command)
+        if isinstance(command, ChooseShowcase):
+            self.link.wake()  # the newly shown worker's weights come now
+        return outcome
 
     def start(self, nice: int = 0) -> None:
         raise UserError("a connected window cannot start workers: they train where the run is")

@@ -7,8 +7,10 @@ CSVs, TensorBoard events) from the byte where the copy ends (HTTP Range), any ot
 written atomically; a file that shrank or was replaced (another inode) is fetched whole again,
 one that vanished is removed. What the copy holds of each file is kept in `.mirror.json`, so
 a dropped link, a restarted server or a window opened again later goes on from there and no
-line is lost or doubled. Files over `max_bytes` (a checkpoint with a large replay buffer) are
-left out, with a notice: the window needs weights, which the merge files carry.
+line is lost or doubled. `wants` may defer files (a connected window defers the weights of
+workers it does not show: each is as large as the model, and every merge rewrites them); a
+deferred file is fetched once wanted. Files over `max_bytes` (a checkpoint with a large replay
+buffer) are left out, with a notice: the window needs weights, which the merge files carry.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Mirror:
         self.reason = ""  # why the link is down
         self._wake, self._stopped = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
+        self.wants: Callable[[str], bool] = lambda path: True
+        self.deferred: set[str] = set()  # listed files not fetched because not wanted now
         self._early: list[str] = []  # notes of the first copy, before the window takes them
         self._note: Callable[[str], None] = self._early.append
 
@@ -168,6 +172,10 @@ class Mirror:
         local = self.folder / path
         if held == now and local.exists():
             return 0
+        if not self.wants(path):
+            self.deferred.add(path)
+            return 0
+        self.deferred.discard(path)
         if size > self.max_bytes:
             if path not in self._left_out:
                 self._left_out.add(path)
@@ -214,6 +222,7 @@ class Mirror:
         for path in [p for p in self._held if p not in served]:
             (self.folder / path).unlink(missing_ok=True)
             del self._held[path]
+        self.deferred &= served
 
     def _load_state(self) -> None:
         try:
