@@ -32,6 +32,9 @@ class Config:
     """Environments stepped together by one agent."""
     steps_per_update: int = 1
     """Environment steps (summed over envs) per gradient update after seeding."""
+    updates_per_step: int = 1
+    """Gradient updates per `steps_per_update` environment steps: with it, the update-to-data
+    ratio (N updates per step spends the compute of N merged workers on one worker's data)."""
     episodic: bool = False
     """Handle terminations: a termination head, nothing bootstrapped past a terminal state.
     Off: a termination is bootstrapped through like a time limit (on by default for a

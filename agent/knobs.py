@@ -76,6 +76,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("num_elites", int, 1, 1024, "elites", step=8),
     Knob("num_pi_trajs", int, 0, 1024, "policy trajectories"),
     Knob("steps_per_update", int, 1, 64, "steps per update"),
+    Knob("updates_per_step", int, 1, 16, "updates per step"),
     Knob("temperature", float, 1e-3, 100.0, "MPPI temperature", in_window=False),
 )
 

@@ -42,6 +42,7 @@ PAPER_SETTINGS = (
     ("horizon", lambda c: c.horizon),
     ("batch", lambda c: c.batch_size),
     ("steps per update", lambda c: c.steps_per_update),
+    ("updates per step", lambda c: c.updates_per_step),
     ("bf16", lambda c: "on" if c.bf16 else "off"),
 )
 

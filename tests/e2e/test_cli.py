@@ -60,6 +60,7 @@ BAD_INPUT = [
     (["--task", "Hopper-v5", "--env-kwargs", '{"wings": 2}'], ["Hopper-v5", "wings"]),
     (["--model-size", "3"], ["model_size", "1, 5, 19, 48"]),
     (["--horizon", "0"], ["horizon", "[1, 16]"]),
+    (["--updates-per-step", "0"], ["updates_per_step", "[1, 16]"]),
     (["--num-samples", "99999"], ["num_samples"]),
     (["--steps", "0"], ["steps"]),
     (["--steps", "-5"], ["steps"]),

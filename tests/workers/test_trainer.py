@@ -38,3 +38,21 @@ def test_torn_metrics_line_is_skipped(tmp_path):
     with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
         f.write('{"kind": "episode", "st')
     assert [r.ret for r in RunDir(tmp_path / "run").read_metrics()] == [2.0]
+
+
+def test_updates_per_step_sets_the_update_to_data_ratio(tiny_cfg, tmp_path):
+    """3 updates per 2 environment steps after pretraining: 1.5 updates a step, the credit's
+    fractions carried over (the data-parallel baseline: N updates on one worker's data)."""
+    cfg = tiny_cfg.__class__(
+        **{
+            **tiny_cfg.__dict__,
+            "steps_per_update": 2,
+            "updates_per_step": 3,
+            "episode_length": 20,
+            "seed_steps": 40,
+            "steps": 80,
+            "eval_every": 0,
+        }
+    )
+    summary = Trainer(cfg, RunDir.create(tmp_path / "run"), progress=False).run()
+    assert summary["updates"] == 40 + (80 - 40) * 3 // 2

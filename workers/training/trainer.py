@@ -2,7 +2,7 @@
 environments, logging to run directories.
 
 The step loop follows the reference: random actions for the seed steps, then as many updates at
-once (pretraining), then one update per `steps_per_update` environment steps. A pack of P
+once (pretraining), then `updates_per_step` updates per `steps_per_update` environment steps. A pack of P
 workers (agent/agent.py) steps all their envs as one vector env, plans for all of them in one
 call and updates all of them in one call; each worker keeps its own envs, buffer, random
 actions, episodes and metrics file. P = 1 is one agent. Over 300 lines because the step loop
@@ -310,7 +310,8 @@ class Trainer:
             self.step += n
             ready = self.step >= seed_steps and all(m.buffer.can_sample() for m in self.members)
             if ready and self.pretrained:
-                self.update_credit += n / self.agent.cfg.steps_per_update
+                knobs = self.agent.cfg  # (n * 1) / s: exactly the one-update credit
+                self.update_credit += n * knobs.updates_per_step / knobs.steps_per_update
                 count = int(self.update_credit)
                 self.update_credit -= count
                 self._update(count)
