@@ -2,9 +2,9 @@
 environments, logging to run directories.
 
 The step loop follows the reference: random actions for the seed steps, then as many updates at
-once (pretraining), then `updates_per_step` updates per `steps_per_update` environment steps. A pack of P
-workers (agent/agent.py) steps all their envs as one vector env, plans for all of them in one
-call and updates all of them in one call; each worker keeps its own envs, buffer, random
+once (pretraining), then `updates_per_step` updates per `steps_per_update` environment steps. A
+pack of P workers (agent/agent.py) steps all their envs as one vector env, plans for all of them
+in one call and updates all of them in one call; each worker keeps its own envs, buffer, random
 actions, episodes and metrics file. P = 1 is one agent. Over 300 lines because the step loop
 and the counters it advances (step, updates, pretraining, update credit) are one state, which
 state_dict must save whole.
