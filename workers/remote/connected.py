@@ -3,9 +3,9 @@ mirror of the served run directory (mirror.py), whose commands travel back over 
 
 Everything the window reads (records, knobs, the race, the album, weights for its own
 showcase: of the workers' own, only the shown worker's) comes from the mirror exactly as from
-an attached run's directory; the commands that
-change the run go to the server (wire.REMOTE_COMMANDS), which carries them out with the run's
-own checks. The viewport, montages and screenshots are this machine's.
+an attached run's directory; the commands that change the run go to the server
+(wire.REMOTE_COMMANDS), which carries them out with the run's own checks. The viewport,
+montages and screenshots are this machine's.
 """
 
 from __future__ import annotations

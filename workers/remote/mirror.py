@@ -121,10 +121,15 @@ class Mirror:
             except (ValueError, AttributeError, OSError):
                 why = f"HTTP {err.code}"
             raise UserError(why) from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-            reason = getattr(err, "reason", err)
+        except urllib.error.URLError as err:  # no connection: nothing reached the server
             raise UserError(
-                f"the link to {self.base} is down ({reason}): not sent; try again when it is back"
+                f"the link to {self.base} is down ({err.reason}): not sent; try again when it is "
+                "back"
+            ) from None
+        except (OSError, http.client.HTTPException) as err:  # cut off while it was answering
+            raise UserError(
+                f"no answer from {self.base} ({err}): the command may have been carried out; "
+                "the knob panel and the records will show"
             ) from None
         self.wake()  # what the command changed comes back sooner
         return Outcome(tuple(reply.get("notices", ())), reply.get("value"))
