@@ -100,6 +100,10 @@ def check_remote_flags(args: argparse.Namespace) -> None:
             "--serve serves a headless run (--headless); to serve a window's run: launch.py "
             "serve RUN_DIR beside it"
         )
+    if serve is not None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        raise UserError(
+            "--serve: a torchrun job is served by launch.py serve RUN_DIR on rank 0's machine"
+        )
     if args.mirror and not args.connect:
         raise UserError("--mirror goes with --connect URL")
     if args.connect and (args.attach or args.resume):
