@@ -95,3 +95,15 @@ def test_a_resumed_run_takes_threads_and_restarts_from_the_flags_else_keeps_its_
     args = ["--resume", str(tmp_path / "r"), "--threads", "1", "--max-restarts", "0"]
     given = resume_from_args(build_parser().parse_args(args))
     assert (given.settings.threads_per_worker, given.settings.max_restarts) == (1, 0)
+
+
+def test_a_torchrun_rank_refuses_to_serve(monkeypatch):
+    """A rank's process never serves (it would serve only its own part of the job)."""
+    from workers.cli.new_run import check_run_flags
+
+    args = build_parser().parse_args(["--headless", "--serve", "0"])
+    check_run_flags(args)  # one machine: served
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="launch.py serve RUN_DIR on rank 0's machine"):
+        check_run_flags(args)
