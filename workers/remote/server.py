@@ -4,9 +4,9 @@ or `launch.py serve RUN_DIR` for one that is going on or finished.
 Plain HTTP from the standard library (http.server, threads): a window mirrors the run
 directory by listing it and fetching what changed, the append-only records by byte offset
 (Range), and sends the run's commands as JSON. Every request must carry the run's token
-(compared in constant time); only the run's own files are served (no dot files, locks, links,
-or path outside it); a command is carried out by a view of the run (AttachedRun, handle.py),
-so its values are checked as the run checks them, and `read_only` takes none.
+(compared in constant time); only the run's own files are served (served.py); a command is
+carried out by a view of the run (AttachedRun, handle.py), so its values are checked as the
+run checks them, and `read_only` takes none.
 
 The server only reads the run's files and never holds a lock the workers take, so training
 never waits for a viewer, however many are connected or however slow their link is.
@@ -21,15 +21,15 @@ import ipaddress
 import json
 import os
 import socket
-import stat
 import threading
 from collections import deque
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from agent.errors import ConfigError, UserError
+from workers.remote.served import open_served, served_files
 from workers.remote.wire import PROTOCOL, SERVER_NAME, decode_command, run_token, token_matches
 
 COMMAND_BYTES = 64 * 1024  # a command is a few hundred bytes; more is not one
@@ -43,28 +43,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def served_files(root: Path) -> list[dict]:
-    """Every file a window may fetch: path (relative, /), size, inode, mtime in ns. Dot files
-    (the token, atomic writes in progress), locks and symbolic links are left out."""
-    files = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            if name.startswith(".") or name.endswith(".lock"):
-                continue
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue  # replaced or removed while listing: the next listing has it
-            if stat.S_ISREG(st.st_mode):
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                files.append(
-                    {"path": rel, "size": st.st_size, "ino": st.st_ino, "mtime": st.st_mtime_ns}
-                )
-    return files
 
 
 class RunServer:
@@ -245,30 +223,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _open_served(self, rel: str) -> int | None:
-        """A file descriptor of run-directory file `rel`, or None: not one of the run's files."""
-        parts = PurePosixPath(rel).parts
-        if not parts or rel.startswith("/") or "\\" in rel:
-            return None
-        if any(p in ("..", ".") or p.startswith(".") for p in parts) or rel.endswith(".lock"):
-            return None
-        root = self.run_server.root
-        path = root.joinpath(*parts)
-        try:
-            if not path.resolve().is_relative_to(root) or path.is_symlink():
-                return None
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            return None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        return fd
-
     def _send_file(self, rel: str) -> None:
         """The file, or from byte N on (Range: bytes=N-M) with 206; the inode, mtime and size
         of what was read go with it, so the window knows which version it holds."""
-        fd = self._open_served(rel)
+        fd = open_served(self.run_server.root, rel)
         if fd is None:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"{rel}: not a file of this run"})
             return
