@@ -63,6 +63,7 @@ class Mirror:
         self.base, self.folder, self.max_bytes = base, Path(folder), max_bytes
         self._headers = {"Authorization": f"Bearer {token}"}
         self._held: dict[str, list[int]] = {}
+        self._saved: dict[str, list[int]] | None = None  # as .mirror.json holds it
         self._left_out: set[str] = set()
         self.bytes_in = 0  # fetched so far (the body of each answer)
         self.bytes_by: Counter[str] = Counter()  # the same by kind_of, and the listings
@@ -236,7 +237,9 @@ class Mirror:
             self._held = {}  # a first copy, or a damaged note: every file is fetched whole
 
     def _save_state(self) -> None:
-        atomic_write_json(self.folder / STATE, self._held)
+        if self._held != self._saved:  # most passes change nothing: no write, no fsync
+            atomic_write_json(self.folder / STATE, self._held)
+            self._saved = {path: list(held) for path, held in self._held.items()}
 
     # the thread --------------------------------------------------------------------------------
     def start(self, note: Callable[[str], None]) -> None:
