@@ -375,26 +375,34 @@ def test_a_server_gone_wrong_cannot_write_outside_the_mirror(tmp_path):
     assert json.loads((tmp_path / "m" / "mirror" / STATE).read_text()) == {"fine.jsonl": [1, 3, 1]}
 
 
-def test_a_connected_window_fetches_only_the_weights_it_shows(served, tmp_path):
+def test_a_connected_window_fetches_only_the_weights_it_shows_and_not_a_windows_files(
+    served, tmp_path
+):
     """Of the workers' own weights, only the shown worker's travel (each is the model's size,
-    rewritten at every merge); worker 0's checkpoint stands in for merged weights not made yet."""
+    rewritten at every merge); worker 0's checkpoint stands in for merged weights not made yet.
+    The served run's player log and media are another window's: this one writes its own."""
     run, server = served
-    for folder in ("merge", "checkpoints"):
+    for folder in ("merge", "checkpoints", "media"):
         (run.path / folder).mkdir(exist_ok=True)
         for k in (0, 1):
             atomic_write_bytes(run.path / folder / f"worker-{k}.pt", b"w" * 100)
+    (run.path / "player.jsonl").write_text('{"kind": "showcase_episode"}\n')
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "player.jsonl").write_text("this window's own\n")
     connected = ConnectedRun.connect(server.connect_url(), tmp_path / "mirror")
     try:
         held = set(tree(tmp_path / "mirror"))
         assert "checkpoints/worker-0.pt" in held and "merge/members.json" in held
+        others = {"player.jsonl", "media/worker-0.pt", "media/worker-1.pt"}
         deferred = {"merge/worker-0.pt", "merge/worker-1.pt", "checkpoints/worker-1.pt"}
-        assert connected.link.deferred == deferred and not deferred & held
+        assert connected.link.deferred == deferred | others and not deferred & held
         connected.do(ChooseShowcase(source=1))  # worker 1's weights in the viewport
         wanted = {"merge/worker-1.pt", "checkpoints/worker-1.pt"}
         assert wait_until(lambda: wanted <= set(tree(tmp_path / "mirror")), timeout=10)
-        assert connected.link.deferred == {"merge/worker-0.pt"}
+        assert connected.link.deferred == {"merge/worker-0.pt"} | others
         assert tree(tmp_path / "mirror") == {
-            k: v for k, v in tree(run.path).items() if k != "merge/worker-0.pt"
+            **{k: v for k, v in tree(run.path).items() if k not in connected.link.deferred},
+            "player.jsonl": b"this window's own\n",
         }
     finally:
         connected.stop()

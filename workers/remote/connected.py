@@ -23,7 +23,7 @@ from workers.run.attached import AttachedRun
 from workers.run.commands import ChooseShowcase, Command, Outcome
 from workers.run.handle import handle
 from workers.run.wording import ATTACHED, Wording
-from workers.rundir.paths import merged_path
+from workers.rundir.paths import MEDIA, PLAYER_LOG, merged_path
 from workers.rundir.settings import RunSettings, read_record
 
 CONNECTED = Path("runs") / "connected"  # mirrors go here unless told (--mirror)
@@ -31,11 +31,14 @@ CONNECTED = Path("runs") / "connected"  # mirrors go here unless told (--mirror)
 WORKER_WEIGHTS = re.compile(r"(?:^|/)worker-(\d+)(?:\.prev)?\.pt$")
 
 
-def shown_weights_only(path: str, source: int, merged_here: bool) -> bool:
+def wanted(path: str, source: int, merged_here: bool) -> bool:
     """Whether the mirror fetches `path` while the viewport shows `source` (a showcase source:
-    -1 merged, k >= 0 worker k, <= -2 a lane's merged): every file but the workers' weights, of
-    which only the shown worker's, and worker 0's checkpoint while the mirror holds no merged
-    weights (the merged source's stand-in before the first merge, shown_weights.py)."""
+    -1 merged, k >= 0 worker k, <= -2 a lane's merged). Not a window's own files (its player's
+    log, its media: this window writes its own there); of the workers' weights only the shown
+    worker's, and worker 0's checkpoint while the mirror holds no merged weights (the merged
+    source's stand-in before the first merge, shown_weights.py)."""
+    if path == PLAYER_LOG or path.startswith(f"{MEDIA}/"):
+        return False
     match = WORKER_WEIGHTS.search(path)
     if match is None:
         return True
@@ -68,14 +71,12 @@ class ConnectedRun(AttachedRun):
             folder = CONNECTED / f"{info['run']}@{where.hostname}-{where.port}"
         link.folder = Path(folder)
         merged = merged_path(link.folder)
-        link.wants = lambda path: shown_weights_only(path, -1, merged.exists())
+        link.wants = lambda path: wanted(path, -1, merged.exists())
         link.first_copy()
         cfg, settings = read_record(link.folder)
         run = cls(link.folder, cfg, settings, link)
         run._check_knob_history()
-        link.wants = lambda path: shown_weights_only(
-            path, run.showcase.settings()["source"], merged.exists()
-        )
+        link.wants = lambda path: wanted(path, run.showcase.settings()["source"], merged.exists())
         link.start(run._note)
         return run
 
