@@ -8,6 +8,7 @@
 set -euo pipefail
 rounds=$1 seconds=$2 out=$3 replicas=${REPLICAS:-1}
 shift 3
+mkdir -p "$out"
 flags=(--headless --workers $((2 * replicas)) --task cartpole-swingup --model-size 1 --action-repeat 8
   --episode-length 125 --seed-steps 250 --pretrain-updates 100 --num-samples 128
   --num-elites 16 --num-pi-trajs 8 --iterations 2 --merge-every 500 --no-bf16
@@ -16,7 +17,10 @@ rate() {  # agent steps/s of all workers together over their episodes after the 
   python3 - "$1" <<'PY'
 import json, pathlib, sys
 total = 0.0
-for f in sorted(pathlib.Path(sys.argv[1]).glob("worker-*.jsonl")):
+files = sorted(pathlib.Path(sys.argv[1]).glob("worker-*.jsonl"))
+if not files:
+    sys.exit(f"{sys.argv[1]}: no worker records (see {sys.argv[1]}.log)")
+for f in files:
     eps = [json.loads(line) for line in f.open() if '"kind": "episode"' in line][3:]
     if len(eps) < 2:
         sys.exit(f"{f}: under 5 episodes; give each run more SECONDS")
