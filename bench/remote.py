@@ -39,7 +39,7 @@ def _watched(cfg: Config, settings: RunSettings, seconds: float, path: Path) -> 
     window = ConnectedRun.connect(server.connect_url(), path.with_name(path.name + "-mirror"))
     start, record_delays, knob_delays, episodes = time.time(), [], [], []
     horizon, sent, applied = cfg.horizon, None, {}
-    while time.time() - start < seconds or len(knob_delays) < SAMPLES:
+    while time.time() - start < seconds or min(len(knob_delays), len(record_delays)) < SAMPLES:
         now = time.time()
         for record in window.new_events():
             if isinstance(record, Episode):
@@ -52,10 +52,12 @@ def _watched(cfg: Config, settings: RunSettings, seconds: float, path: Path) -> 
         if sent is not None and all((w, sent[0]) in applied for w in range(workers)):
             knob_delays.append(max(applied[(w, sent[0])] for w in range(workers)) - sent[1])
             sent = None
-        if sent is None and len(knob_delays) < SAMPLES and run.workers.progress()[0]["step"]:
+        # Knob changes once every worker trains: seeding has no planner, pretraining no step.
+        training = all(w["state"] == "training" for w in run.workers.progress())
+        if sent is None and len(knob_delays) < SAMPLES and training:
             horizon, asked = 2 if horizon != 2 else 3, time.time()
             sent = (window.do(SetKnobs({"horizon": horizon})).value, asked)
-        if now - start > 10 * seconds:
+        if now - start > 3 * seconds:
             break  # a stalled run: report what there is
         time.sleep(POLL_S)
     elapsed = time.time() - start
@@ -65,7 +67,7 @@ def _watched(cfg: Config, settings: RunSettings, seconds: float, path: Path) -> 
     server.stop()
     run.stop()
     return {
-        "record_to_window_s": _spread(record_delays[-SAMPLES:]),
+        "record_to_window_s": _spread(record_delays),
         "knob_to_every_worker_s": _spread(knob_delays),
         "link_bytes_per_s": round(link.bytes_in / elapsed),
         "link_bytes_per_agent_step": round(link.bytes_in / max(steps, 1)),
