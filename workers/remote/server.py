@@ -52,14 +52,13 @@ class RunServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         try:
-            self._http = ThreadingHTTPServer((host, port), _Handler)
+            self._http = _QuietServer((host, port), _Handler)
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
                 raise UserError(
                     f"port {port} on {host} is in use: serve on another (--serve PORT)"
                 ) from None
             raise UserError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
-        self._http.daemon_threads = True
         self._http.run_server = self  # type: ignore[attr-defined]
         self.port = self._http.server_address[1]
         self.root: Path | None = None
@@ -109,8 +108,9 @@ class RunServer:
 
     def notices(self) -> list[str]:
         """What connected windows asked since the last call, one line each."""
-        lines = list(self._notices)
-        self._notices.clear()
+        lines = []
+        while self._notices:  # popleft: a line a handler thread adds now is kept for later
+            lines.append(self._notices.popleft())
         return lines
 
     def carry_out(self, data: object) -> tuple[HTTPStatus, dict]:
@@ -131,9 +131,20 @@ class RunServer:
             except (UserError, ConfigError) as err:
                 self._notices.append(f"a connected window asked {command}: refused: {err}")
                 return HTTPStatus.BAD_REQUEST, {"error": str(err)}
+            except Exception as err:  # never into the training's terminal as a traceback
+                why = f"{type(err).__name__}: {err}"
+                self._notices.append(f"a connected window asked {command}: failed: {why}")
+                return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": why}
         for line in outcome.notices:
             self._notices.append(f"a connected window asked: {line}")
         return HTTPStatus.OK, {"notices": list(outcome.notices), "value": outcome.value}
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a window that went away mid-answer: its mirror fetches the file again
 
 
 class _Handler(BaseHTTPRequestHandler):
