@@ -406,3 +406,37 @@ def test_a_connected_window_fetches_only_the_weights_it_shows_and_not_a_windows_
         }
     finally:
         connected.stop()
+
+
+def test_a_large_file_does_not_hold_up_the_records_behind_it(served, tmp_path, monkeypatch):
+    """Merged weights over a slow link take long: they come in a thread of their own while the
+    records keep arriving."""
+    import workers.remote.mirror as mirror_module
+
+    run, server = served
+    monkeypatch.setattr(mirror_module, "BULK_BYTES", 1000)
+    base, token = split_url(server.connect_url())
+    mirror = Mirror(base, token, tmp_path / "mirror")
+    mirror.first_copy()
+    slow, real = threading.Event(), Mirror._fetch
+
+    def fetch(self, path, start=0):
+        if path == "merge/merged.pt":
+            slow.wait(10)  # a transfer that takes a while
+        return real(self, path, start)
+
+    monkeypatch.setattr(Mirror, "_fetch", fetch)
+    mirror.start(lambda text: None)
+    try:
+        (run.path / "merge").mkdir(exist_ok=True)
+        atomic_write_bytes(run.path / "merge" / "merged.pt", b"w" * 5000)
+        time.sleep(1.0)  # the pass queued it
+        append_episodes(run, 0, 0, 3)
+        copy = tmp_path / "mirror" / "worker-0.jsonl"
+        assert wait_until(lambda: copy.exists() and copy.read_bytes().count(b"\n") == 3, 5)
+        assert not (tmp_path / "mirror" / "merge" / "merged.pt").exists()  # still on its way
+        slow.set()
+        assert wait_until(lambda: tree(tmp_path / "mirror") == tree(run.path), timeout=10)
+    finally:
+        slow.set()
+        mirror.stop()

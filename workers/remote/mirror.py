@@ -7,7 +7,8 @@ CSVs, TensorBoard events) from the byte where the copy ends (HTTP Range), any ot
 written atomically; a file that shrank or was replaced (another inode) is fetched whole again,
 one that vanished is removed. What the copy holds of each file is kept in `.mirror.json`, so
 a dropped link, a restarted server or a window opened again later goes on from there and no
-line is lost or doubled. `wants` may defer files (a connected window defers the weights of
+line is lost or doubled. A whole file over BULK_BYTES comes in a thread of its own, so the
+records behind it keep arriving. `wants` may defer files (a connected window defers the weights of
 workers it does not show: each is as large as the model, and every merge rewrites them); a
 deferred file is fetched once wanted. Files over `max_bytes` (a checkpoint with a large replay
 buffer) are left out, with a notice: the window needs weights, which the merge files carry.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import queue
 import threading
 import time
 import urllib.error
@@ -37,6 +39,9 @@ POLL_S = 0.5  # between passes while the link is up
 RETRY_S = 1.0  # between tries while it is down
 TIMEOUT_S = 10.0
 MAX_BYTES = 64 << 20
+# A whole file this large (merged weights: 32 MB at 5M) is fetched by a thread of its own, so
+# that the records behind it are not held up for its transfer over a slow link.
+BULK_BYTES = 1 << 20
 APPEND_SUFFIXES = (".jsonl", ".csv")
 
 
@@ -63,6 +68,10 @@ class Mirror:
         self.base, self.folder, self.max_bytes = base, Path(folder), max_bytes
         self._headers = {"Authorization": f"Bearer {token}"}
         self._held: dict[str, list[int]] = {}
+        self._lock = threading.Lock()  # _held: the passes and the bulk fetches
+        self._saving = threading.Lock()
+        self._bulk: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._pending: set[str] = set()  # large files queued for the bulk thread
         self._saved: dict[str, list[int]] | None = None  # as .mirror.json holds it
         self._left_out: set[str] = set()
         self.bytes_in = 0  # fetched so far (the body of each answer)
@@ -196,6 +205,11 @@ class Mirror:
             and size > here
         ):
             return self._fetch(path, start=here)
+        if size > BULK_BYTES and self._thread is not None:
+            if path not in self._pending:
+                self._pending.add(path)
+                self._bulk.put(path)
+            return 0
         return self._fetch(path)
 
     def _fetch(self, path: str, start: int = 0) -> int:
@@ -208,7 +222,8 @@ class Mirror:
         except urllib.error.HTTPError as err:
             if err.code not in (404, 416):
                 raise
-            self._held.pop(path, None)  # shrunk since the listing: whole in the next pass
+            with self._lock:
+                self._held.pop(path, None)  # shrunk since the listing: whole in the next pass
             if err.code == 404:  # removed since the listing
                 (self.folder / path).unlink(missing_ok=True)
             return 0
@@ -219,15 +234,17 @@ class Mirror:
                 f.write(data)
         else:
             atomic_write_bytes(local, data)
-        self._held[path] = [ino, start + len(data), mtime]
-        self.bytes_in += len(data)
-        self.bytes_by[kind_of(path)] += len(data)
+        with self._lock:
+            self._held[path] = [ino, start + len(data), mtime]
+            self.bytes_in += len(data)
+            self.bytes_by[kind_of(path)] += len(data)
         return len(data)
 
     def _drop_vanished(self, served: set[str]) -> None:
-        for path in [p for p in self._held if p not in served]:
-            (self.folder / path).unlink(missing_ok=True)
-            del self._held[path]
+        with self._lock:
+            for path in [p for p in self._held if p not in served and p not in self._pending]:
+                (self.folder / path).unlink(missing_ok=True)
+                del self._held[path]
         self.deferred &= served
 
     def _load_state(self) -> None:
@@ -237,9 +254,12 @@ class Mirror:
             self._held = {}  # a first copy, or a damaged note: every file is fetched whole
 
     def _save_state(self) -> None:
-        if self._held != self._saved:  # most passes change nothing: no write, no fsync
-            atomic_write_json(self.folder / STATE, self._held)
-            self._saved = {path: list(held) for path, held in self._held.items()}
+        with self._saving:  # the passes and the bulk thread: one writer of the note at a time
+            with self._lock:
+                held = {path: list(h) for path, h in self._held.items()}
+            if held != self._saved:  # most passes change nothing: no write, no fsync
+                atomic_write_json(self.folder / STATE, held)
+                self._saved = held
 
     # the thread --------------------------------------------------------------------------------
     def start(self, note: Callable[[str], None]) -> None:
@@ -250,6 +270,8 @@ class Mirror:
             note(text)
         self._thread = threading.Thread(target=self._follow, name="mirror", daemon=True)
         self._thread.start()
+        self._bulk_thread = threading.Thread(target=self._fetch_bulk, name="bulk", daemon=True)
+        self._bulk_thread.start()
 
     def first_copy(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -267,6 +289,7 @@ class Mirror:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=TIMEOUT_S + 5)
+            self._bulk_thread.join(timeout=TIMEOUT_S + 5)
 
     def _follow(self) -> None:
         while not self._stopped.is_set():
@@ -286,6 +309,22 @@ class Mirror:
                     )
             self._wake.wait(POLL_S if self.down_since is None else RETRY_S)
             self._wake.clear()
+
+    def _fetch_bulk(self) -> None:
+        """The large files the passes queued, one at a time; a failed one is listed, and
+        queued, again by a later pass."""
+        while not self._stopped.is_set():
+            try:
+                path = self._bulk.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            try:
+                self._fetch(path)
+                self._save_state()
+            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
+                pass  # the link is down: the passes say so
+            finally:
+                self._pending.discard(path)
 
     def state(self) -> str:
         """ "" while the link is up; else how long it has been down."""
