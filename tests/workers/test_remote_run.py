@@ -80,8 +80,9 @@ def test_a_served_race_is_watched_and_steered_and_a_killed_server_loses_nothing(
             connected.path, connected.race.record(), connected.workers.progress(), run.cfg
         )
     finally:
+        proc.kill()  # first: a server process must not outlive a failed test
+        proc.wait()
         for view in (connected, watcher):
             view.stop()
         server.stop()
-        proc.kill()
         run.stop()
