@@ -12,6 +12,8 @@ records behind it keep arriving. `wants` may defer files (a connected window def
 workers it does not show: each is as large as the model, and every merge rewrites them); a
 deferred file is fetched once wanted. Files over `max_bytes` (a checkpoint with a large replay
 buffer) are left out, with a notice: the window needs weights, which the merge files carry.
+Over 300 lines because the passes, the bulk fetches and the note of what is held share one
+state under one lock, and the link's two calls (hello, send) are how that state is reached.
 """
 
 from __future__ import annotations
