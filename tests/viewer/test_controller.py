@@ -8,6 +8,7 @@ import time
 
 import pytest
 from conftest import tiny_run as tiny
+from conftest import wait_until
 from helpers.album_run import episode_poses
 
 from viewer.controller import Controller
@@ -153,10 +154,8 @@ def test_a_connected_window_steers_the_served_run_and_says_when_the_link_is_down
         assert owner.knobs.values()[1]["horizon"] == 2  # the served run has it
         server.stop()
         notices_until(controller, "link down")
-        deadline = time.monotonic() + 10
-        while "link down" not in controller.view.wording.label and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert "link down" in controller.view.wording.label  # the status line says so
+        label = lambda: controller.view.wording.label  # noqa: E731
+        assert wait_until(lambda: "link down" in label(), timeout=10)  # the status line says so
         controller.send(Pause())
         assert "not sent" in notices_until(controller, "refused")[-1]
     finally:

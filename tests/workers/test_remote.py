@@ -7,7 +7,6 @@ import http.client
 import json
 import os
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -159,25 +158,23 @@ def test_a_dropped_link_and_a_restarted_server_lose_no_line(served, tmp_path):
     mirror.first_copy()
     notes: list[str] = []
     mirror.start(notes.append)
-    done = threading.Event()
 
-    def write():
-        for i in range(60):
+    def write(lines: range) -> None:
+        for i in lines:
             append_episodes(run, i % 2, i, 1)
             atomic_write_bytes(run.path / "knobs-like.json", f'{{"v": {i}}}'.encode())
-            time.sleep(0.03)
-        done.set()
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    time.sleep(0.5)
+    write(range(0, 20))
+    assert wait_until(lambda: tree(tmp_path / "mirror") == tree(run.path), timeout=10)
     port = server.port
-    server.stop()  # the server goes away mid-writing
+    server.stop()  # the server goes away; the records go on
     assert wait_until(lambda: any("link down" in n for n in notes), timeout=10)
     assert mirror.state().startswith("link down")
-    time.sleep(1.0)
+    write(range(20, 40))
+    writer = threading.Thread(target=write, args=(range(40, 60),))  # on while it catches up
     again = RunServer("127.0.0.1", port)  # restarted on the same port: the same token
     again.start(run.path)
+    writer.start()
     try:
         writer.join()
         assert wait_until(lambda: tree(tmp_path / "mirror") == tree(run.path), timeout=20)
@@ -430,7 +427,7 @@ def test_a_large_file_does_not_hold_up_the_records_behind_it(served, tmp_path, m
     try:
         (run.path / "merge").mkdir(exist_ok=True)
         atomic_write_bytes(run.path / "merge" / "merged.pt", b"w" * 5000)
-        time.sleep(1.0)  # the pass queued it
+        assert wait_until(lambda: "merge/merged.pt" in mirror._pending, timeout=5)  # queued
         append_episodes(run, 0, 0, 3)
         copy = tmp_path / "mirror" / "worker-0.jsonl"
         assert wait_until(lambda: copy.exists() and copy.read_bytes().count(b"\n") == 3, 5)
