@@ -139,6 +139,16 @@ class Config:
     """bf16 numbers on a CPU (runs from the command line or the window: on where the CPU has a
     bf16 unit; without one, matmuls in float32 on the same numbers, no faster)."""
 
+    # the merge rule (what a worker takes from the pool's mean at a merge; see agent/merge_rule.py)
+    merge_pull: float = 1.0
+    """How far each worker moves towards the merged weights (1: all the way, the plain mean)."""
+    outer_lr: float = 1.0
+    """Outer step from the pool's last merged weights along the mean's change (1: the mean)."""
+    outer_momentum: float = 0.0
+    """Nesterov momentum of the outer step, kept by the pool (0: none)."""
+    merge_policy: bool = True
+    """Whether the policy prior is merged (off: each worker keeps its own)."""
+
     def __post_init__(self) -> None:
         # Architecture fields left at 0 take the model_size preset, so Config(model_size=1)
         # is the 1M model; a value given explicitly wins.
@@ -259,7 +269,7 @@ def validate(cfg: Config) -> None:
         _check_range(name, getattr(cfg, name), low, high)
     for name, knob in knobs("agent").items():  # the live knobs' ranges: agent/knobs.py
         if getattr(cfg, name) != knob.auto:
-            _check_range(name, getattr(cfg, name), knob.low, knob.high)
+            knob.check(getattr(cfg, name))
     if cfg.num_pi_trajs >= cfg.num_samples:
         raise ConfigError(
             f"num_pi_trajs must be below num_samples ({cfg.num_samples}), got {cfg.num_pi_trajs}",

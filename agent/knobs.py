@@ -15,13 +15,15 @@ from dataclasses import dataclass
 
 from agent.errors import ConfigError
 
+KnobValue = int | float | bool  # bool: an on/off knob (JSON reads it back as true/false)
+
 
 @dataclass(frozen=True)
 class Knob:
     name: str
     """The Config field (layer "agent") or run setting (layer "workers") it sets."""
     kind: type
-    """int or float."""
+    """int, float or bool (on or off: low 0, high 1)."""
     low: float
     """Smallest value allowed (inclusive)."""
     high: float
@@ -31,8 +33,8 @@ class Knob:
     unit: str = ""
     """Shown after the label, in brackets."""
     layer: str = "agent"
-    """Who applies it: "agent" (the planner and the trainer, through the Config) or "workers"
-    (the merging, in the worker process)."""
+    """Who applies it: "agent" (through the Config: the planner, the trainer, the merge rule) or
+    "workers" (the merge frequency, in the worker process)."""
     step: int = 0
     """In the window: 0 a slider; > 0 a number field stepping by this much (wide ranges)."""
     in_window: bool = True
@@ -43,7 +45,9 @@ class Knob:
 
     @property
     def bounds(self) -> str:
-        """ "[low, high]" as a person reads it (no 1e+07 for a whole number)."""
+        """ "[low, high]" as a person reads it (no 1e+07 for a whole number; "on or off")."""
+        if self.kind is bool:
+            return "on or off"
         low, high = (f"{v:g}" if self.kind is float else str(int(v)) for v in (self.low, self.high))
         return f"[{low}, {high}]"
 
@@ -51,8 +55,13 @@ class Knob:
     def title(self) -> str:
         return f"{self.label} ({self.unit})" if self.unit else self.label
 
-    def check(self, value: object) -> int | float:
-        """The value as this knob's type, or ConfigError naming the knob and its range."""
+    def check(self, value: object) -> KnobValue:
+        """The value as this knob's type, or ConfigError naming the knob and its range. An on/off
+        knob takes True or False (1 and 0 too: a JSON reader's or a slider's)."""
+        if self.kind is bool:
+            if value in (0, 1) and isinstance(value, (bool, int, float)):
+                return bool(value)
+            raise ConfigError(f"{self.name} must be on or off, got {value!r}", self.name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{self.name} must be a number, got {value!r}", self.name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -60,10 +69,7 @@ class Knob:
         if self.kind is int and value != int(value):
             raise ConfigError(f"{self.name} must be a whole number, got {value!r}", self.name)
         if not self.low <= value <= self.high:
-            low, high = (
-                f"{v:g}" if self.kind is float else str(int(v)) for v in (self.low, self.high)
-            )
-            raise ConfigError(f"{self.name} must be in [{low}, {high}], got {value}", self.name)
+            raise ConfigError(f"{self.name} must be in {self.bounds}, got {value}", self.name)
         return self.kind(value)
 
 
@@ -78,6 +84,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("steps_per_update", int, 1, 64, "steps per update"),
     Knob("updates_per_step", int, 1, 16, "updates per step"),
     Knob("temperature", float, 1e-3, 100.0, "MPPI temperature", in_window=False),
+    Knob("merge_pull", float, 1e-3, 1.0, "merge pull"),
+    Knob("outer_lr", float, 1e-2, 2.0, "outer learning rate"),
+    Knob("outer_momentum", float, 0.0, 0.99, "outer momentum"),
+    Knob("merge_policy", bool, 0, 1, "merge the policy"),
+    Knob("bf16", bool, 0, 1, "bf16 numbers (CPU)"),
 )
 
 
@@ -87,7 +98,14 @@ def knobs(layer: str | None = None) -> dict[str, Knob]:
     return {k.name: k for k in KNOBS if layer in (None, k.layer)}
 
 
-class KnobValues(Mapping[str, int | float]):
+def knob_text(value: int | float | bool) -> str:
+    """A knob's value as a person writes it: on/off, 0.7, 1000000 (not 1e+06)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class KnobValues(Mapping[str, KnobValue]):
     """Live-knob values, frozen, each checked against the table when made (unknown names and
     out-of-range values are a ConfigError): whoever holds one holds values in range. The
     checks that need the rest of the config (num_elites <= num_samples, ...) are made where
@@ -106,7 +124,7 @@ class KnobValues(Mapping[str, int | float]):
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("knob values are frozen: validate new ones")
 
-    def __getitem__(self, name: str) -> int | float:
+    def __getitem__(self, name: str) -> KnobValue:
         return self._values[name]
 
     def __iter__(self) -> Iterator[str]:

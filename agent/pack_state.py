@@ -87,22 +87,48 @@ class PackState:
 
     @torch.no_grad()
     def assign(
-        self, state: State, workers: Sequence[int], reset: Sequence[int] = ()
+        self,
+        state: State,
+        workers: Sequence[int],
+        reset: Sequence[int] = (),
+        pull: float = 1.0,
+        kept: frozenset[str] = frozenset(),
     ) -> dict[int, float]:
         """Give `workers` the networks `state` (the merged ones); `reset` of them also get a
-        new Adam (moments and step count zero). Returns each other worker's L2 distance from
-        `state` before."""
+        new Adam (moments and step count zero). `pull` < 1: the others move only that part of
+        the way (w + pull (state - w)); `kept`: tensors the others keep as their own (a reset
+        worker takes all of `state`: its own are not finite). Returns each other worker's L2
+        distance from `state` before, over the tensors it takes."""
         own = self.model.state_dict()
-        names = list(state)
+        names = [k for k in state if k not in kept]
         distances = {}
         for w in workers:
             if w not in reset:
                 diffs = [own[k][w] - state[k].to(self.device) for k in names]
                 distances[w] = float(torch.stack([d.norm() for d in diffs]).norm())
-        self.load_model_state(state, workers)
+        if pull == 1.0 and not kept:
+            self.load_model_state(state, workers)
+        else:
+            taking = [w for w in workers if w not in reset]
+            if reset:
+                self.load_model_state(state, reset)
+            if taking and pull == 1.0:
+                self.load_model_state({k: state[k] for k in names}, taking)
+            elif taking:
+                self._pull({k: state[k] for k in names}, taking, pull)
         if reset:
             self._reset_adam(list(reset))
         return distances
+
+    def _pull(self, state: State, workers: list[int], pull: float) -> None:
+        """Move `workers`' tensors `pull` of the way to `state` (PAPA's pull)."""
+        own = self.model.state_dict()
+        index = torch.tensor(workers, device=self.device)
+        for name, tensor in state.items():
+            target = own[name]
+            value = tensor.to(self.device, target.dtype)
+            value = value.unsqueeze(0).expand(len(workers), *value.shape)
+            target.index_copy_(0, index, target[index].lerp_(value, pull))
 
     def _reset_adam(self, workers: list[int]) -> None:
         """Zero `workers`' Adam moments and step counts. Zeroed moments under the pack's bias

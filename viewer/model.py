@@ -11,7 +11,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from agent.knobs import knobs
+from agent.knobs import knob_text, knobs
 from viewer.series import Series, chart_line
 from workers.door import (
     Crashed,
@@ -70,7 +70,7 @@ class KnobRow:
         known = sorted({v for v in self.applied if v is not None})
         if not known:
             return "waiting"
-        text = "/".join(_number(v) for v in known)
+        text = "/".join(knob_text(v) for v in known)
         return f"now {text}" + (" (applying...)" if self.pending else "")
 
 
@@ -179,7 +179,7 @@ class RunModel:
 
     def _knobs_refused(self, r: KnobsRefused) -> None:
         if r.knob in r.in_force:
-            text = f"refused {r.value!r}; {_number(r.in_force[r.knob])} stays"
+            text = f"refused {r.value!r}; {knob_text(r.in_force[r.knob])} stays"
         else:
             text = "record unreadable; the last good values stay"
         # Cleared by a newer version applied (unreadable: newer than the one in force).
@@ -314,9 +314,9 @@ class RunModel:
                 value = record.lane_values[first][name]
                 lane_requested.append(value)
                 now = {self.applied.get(w, {}).get(name) for w in workers} - {None}
-                text = _number(value)
+                text = knob_text(value)
                 if now and now != {value}:
-                    text += f" (now {'/'.join(_number(v) for v in sorted(now))})"
+                    text += f" (now {'/'.join(knob_text(v) for v in sorted(now))})"
                 per_lane.append(text)
             rows.append(
                 KnobRow(name, label, requested[name], applied, error, per_lane, lane_requested)
@@ -351,7 +351,3 @@ class RunModel:
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _number(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)

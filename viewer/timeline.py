@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent.knobs import knob_text
 from viewer.series import Series
 from workers.door import AlbumEntry, PaneInfo, PinEpisode, nearest_entry
 
@@ -101,5 +102,5 @@ def pane_label(pane: PaneInfo, lane_knobs: dict[int, dict] | None = None, role: 
     if pane.lane < 0:
         return text
     knobs = (lane_knobs or {}).get(pane.lane) or {}
-    values = ", ".join(f"{k}={v}" for k, v in knobs.items())
+    values = ", ".join(f"{k}={knob_text(v)}" for k, v in knobs.items())
     return f"lane {pane.lane}" + (f": {values}" if values else "") + f"\n{text}"

@@ -162,7 +162,7 @@ def test_a_race_counts_its_rounds_from_the_step_its_pools_began(tmp_path):
     make_run(tmp_path, CFG, RunSettings(workers=2, merge_every=10))
     p = process(tmp_path, merge_with=(0, 1))
     rounds = []  # the rounds the hooks start (merge_rounds.py does them: its own tests)
-    p.hooks.rounds.merge = lambda round_: rounds.append((p.trainer.step, round_))
+    p.hooks.rounds.merge = lambda round_, _every: rounds.append((p.trainer.step, round_))
     steps(p, 25)
     KnobStore(tmp_path).start_race(CFG, ((0,), (1,)), (Lane({"merge_every": 7}), Lane()))
     steps(p, 45)  # the race seen at step 26: lane 0's pool, every 7 steps from there

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import dearpygui.dearpygui as dpg
 
-from agent.knobs import knobs
+from agent.knobs import KnobValue, knobs
 from viewer.panels import TextStyles
 from viewer.view import View
 from workers.door import MAX_LANES, Command, SetKnobs
@@ -34,7 +34,7 @@ class KnobWidget:
     low: float
     high: float
     step: int | None  # typed entry with this +/- step; None: a slider
-    kind: type = int  # int: integer widgets; float: a float slider
+    kind: type = int  # int: integer widgets; float: a float slider; bool: a checkbox
 
 
 def knob_widgets() -> list[KnobWidget]:
@@ -58,7 +58,7 @@ class KnobsPanel:
         self.styles = styles
         self._knobs = knobs
         self.knobs: list[KnobWidget] = []
-        self.pending: dict[str, int | float] = {}
+        self.pending: dict[str, KnobValue] = {}
         self._kinds: dict[str, type] = {}
         self.pending_since = 0.0
 
@@ -94,7 +94,10 @@ class KnobsPanel:
                         callback=self._on_knob,
                         user_data=knob.name,
                     )
-                    if knob.kind is float:
+                    if knob.kind is bool:  # an on/off knob: a checkbox
+                        del kwargs["min_value"], kwargs["max_value"], kwargs["width"]
+                        dpg.add_checkbox(**kwargs)
+                    elif knob.kind is float:
                         dpg.add_slider_float(clamped=True, **kwargs)
                     elif knob.step is not None:
                         dpg.add_input_int(

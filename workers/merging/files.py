@@ -272,12 +272,14 @@ class FileMergeBackend:
         members: tuple[int, ...] = (),
         covers: tuple[int, ...] = (),
         joining: str | None = None,
+        rule: Callable[[State], State] | None = None,
     ) -> MergeResult | None:
         """Merge round `round_`: `state` is `worker`'s weights, or (a pack) the mean of its
         workers `members`, standing for all of `covers`. Returns the mean over every worker
         (each weighs the same, whether it came alone or in a pack). `joining`: why this
         worker's weights stay out of the mean (it joined and has not updated since); it takes
-        the others' mean, or keeps its own when there is none."""
+        the others' mean, or keeps its own when there is none. `rule`: the weights the pool
+        takes for the mean (an outer step), else the mean; published as the merged ones."""
         if not is_finite(state):
             return None
         self.publish(worker, round_, state, step, members, covers, joining=joining is not None)
@@ -320,6 +322,8 @@ class FileMergeBackend:
             found[worker], joining = state, None
             left_out.pop(worker, None)
         merged = average_states(list(found.values()), [len(inside[w]) for w in found])
+        if rule is not None:
+            merged = rule(merged)
         result = MergeResult(
             merged=merged,
             round=round_,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from agent.knobs import KnobValue
+
 
 @dataclass(frozen=True)
 class Gain:
@@ -27,7 +29,7 @@ class LaneRow:
 
     lane: int
     workers: tuple[int, ...]  # of every replica
-    knobs: dict[str, int | float]  # only the knobs in which the lanes differ
+    knobs: dict[str, KnobValue]  # only the knobs in which the lanes differ
     merges: bool
     steps: float  # agent steps per worker (mean over the lane's workers)
     steps_per_s: float  # per worker (mean)

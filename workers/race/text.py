@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agent.config import Config
 from agent.envs.published import published_curve
+from agent.knobs import knob_text
 from workers.race.rows import Gain, LaneRow, RaceTable
 from workers.race.table import RaceTracker
 from workers.rundir.paths import metrics_name
@@ -48,7 +49,9 @@ def row_cells(row: LaneRow) -> list[str]:
 
 
 def lane_knobs(row: LaneRow) -> str:
-    parts = [f"{k}={v}" for k, v in row.knobs.items()] + ([] if row.merges else ["merge=off"])
+    parts = [f"{k}={knob_text(v)}" for k, v in row.knobs.items()] + (
+        [] if row.merges else ["merge=off"]
+    )
     return ",".join(parts) or "-"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from agent.errors import UserError
+from agent.knobs import KnobValue
 from workers.run.commands import (
     AddWorker,
     Checkpoint,
@@ -127,11 +128,11 @@ def _typed(name: str, value: object, kind: type) -> object:
     return value
 
 
-def _changes(value: object) -> dict[str, int | float]:
+def _changes(value: object) -> dict[str, KnobValue]:
     if not isinstance(value, dict):
         raise ValueError("changes must be {knob: value}")
     for key, v in value.items():
-        if not isinstance(key, str) or type(v) not in (int, float):
+        if not isinstance(key, str) or type(v) not in (int, float, bool):
             raise ValueError(f"knob {key!r}: {v!r} is not a number")
     return dict(value)
 

@@ -7,6 +7,7 @@ come here; a view of another process's run asks that process for what only the o
 from __future__ import annotations
 
 from agent.errors import UserError
+from agent.knobs import knob_text
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -43,7 +44,7 @@ def handle(run: BaseRun, command: Command) -> Outcome:
             return Outcome((f"making a montage of {shown} album episodes: {path}",))
         case SetKnobs(changes, lane):
             version = run.knobs.set(lane=lane, **changes)
-            text = ", ".join(f"{k}={v}" for k, v in changes.items())
+            text = ", ".join(f"{k}={knob_text(v)}" for k, v in changes.items())
             where = "" if lane is None else f" (lane {lane})"
             return Outcome((f"knobs v{version}{where}: {text}",), version)
         case Pause():

@@ -16,9 +16,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from agent.agent import resolve_device
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
-from agent.knobs import KnobValues, knobs
+from agent.knobs import KnobValue, KnobValues, knobs
 from workers.rundir.directory import DirLock, atomic_write_json
 from workers.rundir.lanes import Lane, Layout
 from workers.rundir.lines import parse_lines
@@ -28,7 +29,7 @@ KNOBS = "knobs.json"
 HISTORY = "knobs.jsonl"
 
 
-def run_knobs(cfg: Config, merge_every: int) -> dict[str, int | float]:
+def run_knobs(cfg: Config, merge_every: int) -> dict[str, KnobValue]:
     """Every live knob's value in a run: the agent's from its config, the merge frequency."""
     return {**knobs_of(cfg), "merge_every": merge_every}
 
@@ -38,7 +39,12 @@ def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
     checks across fields), the workers' (merge frequency) against the knob table."""
     values = dict(values)
     worker = {k: values.pop(k) for k in list(values) if k in knobs("workers")}
-    return KnobValues({**knobs_of(with_knobs(cfg, **values)), **worker})
+    checked = KnobValues({**knobs_of(with_knobs(cfg, **values)), **worker})
+    if checked["bf16"] and resolve_device(cfg.device).type == "cuda":
+        raise ConfigError(
+            "bf16 is a CPU knob: on CUDA the workers compute in float32 with TF32 matmuls", "bf16"
+        )
+    return checked
 
 
 def validate_record(

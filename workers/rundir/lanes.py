@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agent.errors import ConfigError
-from agent.knobs import knobs
+from agent.knobs import KnobValue, knob_text, knobs
 
 Layout = tuple[tuple[int, ...], ...]  # the workers of each lane
 
@@ -19,7 +19,7 @@ class Lane:
     workers no lane sized) and whether its workers merge (merge=off: each trains alone, the
     control of a merging experiment)."""
 
-    changes: dict[str, int | float] = field(default_factory=dict)
+    changes: dict[str, KnobValue] = field(default_factory=dict)
     size: int | None = None
     merges: bool = True
 
@@ -31,7 +31,7 @@ def parse_lane(text: str) -> Lane:
     """A lane from "KEY=VALUE[,KEY=VALUE...]" (the command line's --lane, the window's
     dialogs): live knobs, `workers=N` (its size) and `merge=off`; an empty text is a lane with
     the run's values. ConfigError names the part that is wrong."""
-    changes: dict[str, int | float] = {}
+    changes: dict[str, KnobValue] = {}
     size, merges, seen = None, True, set()
     table = knobs()
     for part in (p.strip() for p in text.split(",")):
@@ -59,6 +59,11 @@ def parse_lane(text: str) -> Lane:
                 f"{key!r} is not a live knob, workers=N or merge=off (knobs: {', '.join(table)})",
                 key,
             )
+        if table[key].kind is bool:
+            if value not in ("on", "off"):
+                raise ConfigError(f"{key} must be on or off, got {value!r}", key)
+            changes[key] = value == "on"
+            continue
         try:
             number = float(value)
         except ValueError:
@@ -70,7 +75,7 @@ def parse_lane(text: str) -> Lane:
 def describe_lane(lane: Lane) -> str:
     """The inverse of parse_lane: "workers=4,iterations=2" ("" for the run's values)."""
     parts = [] if lane.size is None else [f"workers={lane.size}"]
-    parts += [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in lane.changes.items()]
+    parts += [f"{k}={knob_text(v)}" for k, v in lane.changes.items()]
     parts += [] if lane.merges else ["merge=off"]
     return ",".join(parts)
 

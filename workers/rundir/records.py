@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from agent.knobs import KnobValue
 from workers.rundir.lines import Line, Malformed, is_number, now_s, parse_jsonl
 
 
@@ -154,7 +155,7 @@ class MergeStopped(Record):
 class KnobsApplied(Record):
     KIND: ClassVar[str] = "knobs_applied"
     version: int
-    values: dict[str, int | float]
+    values: dict[str, KnobValue]
     lane: int | None = None  # the lane whose values these are (None: the run is no race)
 
 
@@ -165,7 +166,7 @@ class KnobsRefused(Record):
     knob: str | None
     value: Any = None
     reason: str
-    in_force: dict[str, int | float] = field(default_factory=dict)
+    in_force: dict[str, KnobValue] = field(default_factory=dict)
     in_force_version: int = -1
     message: str
 
@@ -291,9 +292,9 @@ class KnobRecord(Line):
     a race) with `values`."""
 
     version: int
-    values: dict[str, int | float]
+    values: dict[str, KnobValue]
     lanes: tuple[tuple[int, ...], ...] = ()  # the workers of each lane; empty: no race
-    lane_values: tuple[dict[str, int | float], ...] = ()  # each lane's values
+    lane_values: tuple[dict[str, KnobValue], ...] = ()  # each lane's values
     # The version that formed today's merge pools (a race's start, a promotion): each pool's
     # merge files carry it, so that a new pool never averages an old pool's weights.
     pool: int = 0
@@ -331,7 +332,7 @@ class KnobRecord(Line):
         lane = f"lane {self.race_lane(pool)}"
         return lane if self.replicas <= 1 else f"{lane} replica {pool % self.replicas}"
 
-    def values_for(self, worker: int) -> dict[str, int | float]:
+    def values_for(self, worker: int) -> dict[str, KnobValue]:
         lane = self.lane_of(worker)
         return self.values if lane is None else self.lane_values[lane]
 
@@ -348,7 +349,7 @@ class KnobChange(Line):
     history alone can rebuild a damaged knobs.json."""
 
     version: int
-    changes: dict[str, int | float]
+    changes: dict[str, KnobValue]
     time: float = field(default_factory=now_s)
     # The race lane it changed, every replica of it (None: every lane, and the run's values);
     # a promotion's: the entry of `lanes` (one replica) whose values won.
@@ -357,7 +358,7 @@ class KnobChange(Line):
     # differ from the run's), "lanes" (workers moved)
     event: str = ""
     lanes: tuple[tuple[int, ...], ...] = ()
-    lane_values: tuple[dict[str, int | float], ...] = ()
+    lane_values: tuple[dict[str, KnobValue], ...] = ()
     pool: int = 0
     solo_lanes: tuple[int, ...] = ()
     promoted_lane: int | None = None

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError, UserError
+from agent.knobs import KnobValues, knob_text
+from agent.merge_rule import collective_refusal
 from workers.rundir.directory import save_checkpoint, state_bytes
 from workers.rundir.knob_record import KnobStore, run_knobs, validate_record
 from workers.rundir.lanes import check_layout
@@ -75,6 +77,9 @@ class WorkerHooks:
         self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
         self.parent = os.getppid()
         self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer.log_all, self._stop_now)
+        # The start-up self-check found bf16 disagreeing with float32 here (its self_check
+        # record says so): this process computes in float32 whatever the bf16 knob asks.
+        self.float32_only = bool(spec.cfg.get("bf16")) and not trainer.agent.cfg.bf16
         for member in trainer.members:
             member.run_dir.on_write_error = self.disk.wait_for_disk
         self.started, self.first_update_s = started or time.time(), None
@@ -150,12 +155,18 @@ class WorkerHooks:
         try:
             # Validated when written; a damaged or hand-edited record is refused, reported.
             record = validate_record(self.trainer.agent.cfg, record, self._fits_run)
+            mine = record.values_for(self.spec.index)
+            refusal = self.spec.distributed and collective_refusal(mine)
+            if refusal:
+                raise ConfigError(refusal, "outer_lr")
         except ConfigError as err:
             knob = err.field if err.field in mine else None
             self._refused(version, str(err), knob, mine.get(knob))
             self.knob_version = version
             return
         values = record.values_for(self.spec.index)
+        if self.float32_only and values["bf16"]:
+            values = KnobValues({**values, "bf16": False})
         self.trainer.agent.set_knobs(values)  # checked: the agent takes them as they are
         merge_every = int(values.get("merge_every", self.merge_every))
         if merge_every != self.merge_every:
@@ -189,7 +200,7 @@ class WorkerHooks:
             stays = f"{knob} stays {in_force[knob]}"
         else:
             stays = "the last good values stay: " + ", ".join(
-                f"{k}={v}" for k, v in in_force.items()
+                f"{k}={knob_text(v)}" for k, v in in_force.items()
             )
         what = (
             f"knob record version {version} refused"
@@ -293,7 +304,7 @@ class WorkerHooks:
         round_ = self._round()
         merged = self.rounds is not None and round_ > self.last_round
         if merged:
-            self.rounds.merge(round_)
+            self.rounds.merge(round_, self.merge_every)
             self.last_round = round_
         if self.spec.distributed and (merged or trainer.step // SYNC_STEPS > self.last_sync):
             self.last_sync = trainer.step // SYNC_STEPS

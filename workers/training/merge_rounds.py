@@ -13,8 +13,10 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from agent.merge_rule import MergeRule
 from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled, pool_weights
+from workers.merging.outer import PoolOuterStep
 from workers.rundir.directory import load_state, save_state
 from workers.rundir.paths import promoted_path
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
@@ -171,11 +173,23 @@ class MergeRounds:
             return None
         return "joined the pool and has made no update of its own yet"
 
-    def merge(self, round_: int) -> None:
+    def merge(self, round_: int, merge_every: int = 0) -> None:
         """A merge round: a pack averages its merging workers on the device; with workers in
         other processes that mean (weighing as many workers as it holds) goes through the
-        file backend. A worker with non-finite weights is left out and reset from the mean."""
+        file backend. A worker with non-finite weights is left out and reset from the mean.
+        The merge rule (agent/merge_rule.py, the config's) says what the workers take from
+        the mean: the outer step's state is the pool's (`merge_every`: rounds follow on it
+        only at one frequency)."""
         t, agent = self.trainer, self.trainer.agent
+        rule = MergeRule.of(agent.cfg)
+        outer = None
+        if rule.outer and self.collective is None:  # a torchrun job refuses the knobs
+            step = PoolOuterStep(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
+            lr, mu = rule.outer_lr, rule.outer_momentum
+
+            def outer(mean):
+                return self._guarded(lambda: step(mean, round_, merge_every, lr, mu))
+
         own = [self.specs[k].index for k in self.merging]
         if self.solo:
             for k, index in zip(self.merging, own):
@@ -223,6 +237,7 @@ class MergeRounds:
                         tuple(participants),
                         tuple(own),
                         joining=self.joining(),
+                        rule=outer,
                     )
                 )
             except MergeCancelled:
@@ -236,12 +251,13 @@ class MergeRounds:
             others_distances = {}
             # Every merging worker is here: no files to wait for. The merged weights are
             # still published, for the showcase and for a worker added later.
-            merged = mean
-            published = {k: v.detach().cpu() for k, v in mean.items()}
+            merged = mean if outer is None else outer(mean)
+            published = {k: v.detach().cpu() for k, v in merged.items()}
             self._guarded(
                 lambda: self.backend.publish_merged(round_, published, participants, t.step)
             )
-        own_distances = agent.assign(merged, self.merging, reset=list(bad))
+        kept = rule.kept(list(merged))
+        own_distances = agent.assign(merged, self.merging, list(bad), rule.pull, kept)
         distances = {**others_distances, **{index_of[k]: d for k, d in own_distances.items()}}
         if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
             self.merges += 1
