@@ -1,13 +1,13 @@
 """The TD-MPC2 agent, or a pack of P workers as one batched agent: acting by MPPI, one
 gradient update, live knobs; merging inside the pack and saving one worker at a time are its
-PackState's (agent/pack_state.py).
+PackState's (agent/pack/state.py).
 
 A pack holds P workers' networks stacked on a leading dimension (agent/layers.py). Each worker
 keeps its own seed and random stream (agent/noise.py), Adam moments (Adam is element-wise, so
 one Adam over stacked weights is P Adams), running Q scale, warm-start mean and gradient clip
 (the norm of its own gradient). P = 1 is one agent, and its saved state is the same. The losses
 are agent/losses.py's; on a CPU each worker computes them and plans on a thread of its own
-(agent/pack_threads.py), on a GPU the pack's plan and update are one compiled graph each.
+(agent/pack/threads.py), on a GPU the pack's plan and update are one compiled graph each.
 Over 300 lines because act and update share the pack's compiled graphs and their set-up.
 """
 
@@ -31,8 +31,8 @@ from agent.losses import policy_loss, world_model_loss
 from agent.math import TwoHot
 from agent.noise import PackNoise
 from agent.optim_step import adam_step, init_adam_state
-from agent.pack_state import PackState
-from agent.pack_threads import WorkerThreads
+from agent.pack.state import PackState
+from agent.pack.threads import WorkerThreads
 from agent.planner import PlanKnobs, plan
 from agent.self_check import COMPILE_MODES, FastPath
 from agent.world_model import WorldModel
@@ -295,7 +295,7 @@ class TDMPC2(PackState):
     def _learn(self, loss_fn, *inputs: torch.Tensor):
         """loss_fn(model, noise, *inputs) -> (loss (P,), *rest) for the whole pack, its loss
         differentiated; on a CPU each worker runs on a thread of its own
-        (agent/pack_threads.py). The gradient is left in the pack's .grad either way; returns
+        (agent/pack/threads.py). The gradient is left in the pack's .grad either way; returns
         (loss, *rest) detached."""
 
         def part(model: WorldModel, noise: PackNoise, *xs: torch.Tensor):

@@ -139,7 +139,7 @@ class Config:
     """bf16 numbers on a CPU (runs from the command line or the window: on where the CPU has a
     bf16 unit; without one, matmuls in float32 on the same numbers, no faster)."""
 
-    # the merge rule (what a worker takes from the pool's mean at a merge; see agent/merge_rule.py)
+    # the merge rule: what a worker takes from its pool's mean (agent/pack/merge_rule.py)
     merge_pull: float = 1.0
     """How far each worker moves towards the merged weights (1: all the way, the plain mean)."""
     outer_lr: float = 1.0

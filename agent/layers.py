@@ -14,7 +14,7 @@ the CPU took 1.18x as long with vmap (30 interleaved pairs, BENCHMARKS.md "Packs
 run the CPU kernels of agent/cpu/fast_ops.py nor a custom autograd Function without extra rules; and
 stacked weights keep one state-dict layout for a pack and a lone agent. On a GPU a layer is one
 bmm for the whole pack; on a CPU each worker runs a lone layer over its slice of the weights, on a
-thread of its own (agent/pack_threads.py).
+thread of its own (agent/pack/threads.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """TD-MPC2's two losses, per worker of a pack: the world model's (latent consistency, reward,
 value and, when episodic, termination) and the policy prior's. Each takes the networks and the
-random stream it is to use, a whole pack's or one worker's (agent/pack_threads.py).
+random stream it is to use, a whole pack's or one worker's (agent/pack/threads.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Worker k of a pack draws exactly what an agent of its own seed would draw alone, so a pack and
 separate agents of the same seeds make the same updates and plans (tests/agent/test_pack.py);
 dropout masks are the exception: a lone agent draws them from torch's global generator, a CPU
-pack's worker from its own stream (agent/pack_threads.py), a GPU pack for all workers at once.
+pack's worker from its own stream (agent/pack/threads.py), a GPU pack for all workers at once.
 Inside a captured CUDA graph one call per draw matters more than separate streams: there the pack
 draws (P, ...) at once from the device's generator (`shared`), still independent per worker,
 but no longer the same numbers as a lone agent of the same seed. Its saved state is then that

@@ -235,7 +235,8 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
             json.dumps(result)
             if args.json
             else f"merge of {result['workers']} workers, {cfg.model_size}M "
-            f"({result['floats_merged']:,} floats): {result['merge_ms']} ms per merge"
+            f"({result['floats_merged']:,} floats): {result['merge_ms']} ms per merge; by rule: "
+            + ", ".join(f"{name} {ms} ms" for name, ms in result["rules_ms"].items())
         )
         return 0
     result = speed_benchmark(cfg, args.repeats, args.warmup)

@@ -8,6 +8,7 @@ import dataclasses
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +18,12 @@ from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import env_of
 from agent.errors import UserError
+from agent.pack.merge_rule import MergeRule
 from workers.door import Eval, KnobsApplied, Run, RunSettings
 
 # The merge and Adam-moment benchmarks time the machinery itself, inside workers/.
 from workers.merging.files import FileMergeBackend, average_states, distance
+from workers.merging.outer import PoolOuterStep
 from workers.training.stop_training import StopTraining
 from workers.training.trainer import NoHooks, Trainer
 
@@ -33,29 +36,53 @@ def agent_for(cfg: Config) -> TDMPC2:
     return TDMPC2(cfg, obs_dim, action_dim)
 
 
+# The merge rules timed side by side (agent/pack/merge_rule.py): (name, pull, outer lr, momentum,
+# policy merged). The outer step's state file is written every merge; the pull and a local
+# policy change only how the merged weights are loaded.
+MERGE_RULES = (
+    ("mean", 1.0, 1.0, 0.0, True),
+    ("outer 0.7, 0.9", 1.0, 0.7, 0.9, True),
+    ("pull 0.1", 0.1, 1.0, 0.0, True),
+    ("local policy", 1.0, 1.0, 0.0, False),
+)
+
+
 def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
-    """What one merge costs a worker: publish own weights, read the others', average, write the
-    merged file, load it. The other workers' files are already there (they are not waited for)."""
+    """What one merge costs a worker under each merge rule: publish own weights, read the
+    others', average, (the outer step), write the merged file, load it as the rule says. The
+    other workers' files are already there (they are not waited for). The rules take turns
+    within each repeat, so that they share the machine's state."""
     agent = agent_for(cfg)
-    state = {k: v.detach().cpu() for k, v in agent.model_state().items()}
+    state = {k: v.detach().cpu().clone() for k, v in agent.model_state().items()}
     params = sum(v.numel() for v in state.values())
+    times: dict[str, list[float]] = {rule[0]: [] for rule in MERGE_RULES}
     with tempfile.TemporaryDirectory() as tmp:
         backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
-        times = []
-        for r in range(repeats):
-            for other in range(1, workers):
-                backend.publish(other, r, state)
-            start = time.perf_counter()
-            result = backend.merge(0, r, state)
-            agent.load_model_state(result.merged, [0])
-            if agent.device.type == "cuda":
-                torch.cuda.synchronize(agent.device)
-            times.append((time.perf_counter() - start) * 1000)
+        outer = PoolOuterStep(backend.dir, pool=0)
+        round_ = 0
+        for repeat in range(repeats):
+            for name, pull, lr, momentum, policy in MERGE_RULES:
+                round_ += 1
+                for other in range(1, workers):
+                    backend.publish(other, round_, state)
+                rule = MergeRule(pull, lr, momentum, policy)
+                # The outer step's rounds follow on each other (from the second, a full step).
+                step = partial(outer, round_=repeat, merge_every=1, lr=lr, momentum=momentum)
+                step = step if rule.outer else None
+                start = time.perf_counter()
+                result = backend.merge(0, round_, state, rule=step)
+                agent.assign(result.merged, [0], (), rule.pull, rule.kept(list(result.merged)))
+                if agent.device.type == "cuda":
+                    torch.cuda.synchronize(agent.device)
+                times[name].append((time.perf_counter() - start) * 1000)
+                agent.load_model_state(state, [0])  # the next rule starts from the same weights
+    medians = {name: round(statistics.median(t), 1) for name, t in times.items()}
     return {
         "model_size": cfg.model_size,
         "workers": workers,
         "floats_merged": params,
-        "merge_ms": round(statistics.median(times), 1),
+        "merge_ms": medians["mean"],
+        "rules_ms": medians,
     }
 
 

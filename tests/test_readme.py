@@ -30,6 +30,8 @@ REGENERATE = ".venv/bin/python tests/test_readme.py"
 
 
 def _number(value: float, kind: type) -> str:
+    if kind is bool:
+        return "on" if value else "off"
     return f"{value:g}" if kind is float else str(int(value))
 
 
@@ -60,8 +62,12 @@ def knob_table() -> str:
         if knob.auto is not None and value == knob.auto:
             small, large = cfg.resolved_iterations(1), cfg.resolved_iterations(20)
             default += f" (chosen at start: {small}, or {large} at 20+ action dimensions)"
+        if knob.name == "bf16":  # the machine's (workers/host/precision.py)
+            default = "on where the CPU has a bf16 unit"
         if not knob.in_window:
             widget = "none"
+        elif knob.kind is bool:
+            widget = "checkbox"
         elif knob.step:
             widget = f"number field, step {knob.step}"
         else:

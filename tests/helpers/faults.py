@@ -4,7 +4,7 @@ perturb the loss or replay a stale input."""
 
 import torch
 
-import agent.pack_threads as pack_threads
+import agent.pack.threads as pack_threads
 
 
 def _flipped(result):

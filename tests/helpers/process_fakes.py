@@ -21,6 +21,7 @@ from workers.rundir.knob_record import KnobStore
 from workers.rundir.paths import metrics_name
 from workers.rundir.records import Record
 from workers.rundir.settings import RunSettings, write_settings
+from workers.training.hooks import WorkerHooks
 from workers.training.member import Member
 from workers.training.spec import SNAPSHOT_FIELDS, STATES, WorkerLink, WorkerSpec
 
@@ -162,3 +163,24 @@ class FakeProcess:
             for end in (made._sentinel, made._ender):
                 if end is not None:
                     end.close()
+
+
+def hooks_process(
+    path: Path, cfg: Config, workers=(0,), merge_with=(), merge_every=10, start=None, **fields
+) -> SimpleNamespace:
+    """One training process of `workers` with its hooks, as process.py sets them up."""
+    trainer = FakeTrainer(cfg, path, list(workers))
+    specs = [worker_spec(path, cfg, w, merge_with, merge_every, **fields) for w in workers]
+    links = [link(spec) for spec in specs]
+    pause, stop, terminated = threading.Event(), threading.Event(), threading.Event()
+    hooks = WorkerHooks(links, trainer, pause, stop, terminated, start=start)
+    return SimpleNamespace(
+        hooks=hooks, trainer=trainer, links=links, pause=pause, stop=stop, terminated=terminated
+    )
+
+
+def run_steps(p: SimpleNamespace, until: int) -> None:
+    """Agent steps up to step `until`, the hooks after each, as Trainer._train calls them."""
+    while p.trainer.step < until:
+        p.trainer.step += 1
+        p.hooks.after_step(p.trainer)

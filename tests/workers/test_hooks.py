@@ -5,12 +5,11 @@ threading's events for the run's. Knobs, merge rounds, checkpoints, pause and st
 import dataclasses
 import json
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import tiny_config, wait_until
-from helpers.process_fakes import FakeTrainer, link, make_run, records, worker_spec
+from helpers.process_fakes import FakeTrainer, hooks_process, make_run, records, run_steps
 
 from workers.merging.files import write_members
 from workers.rundir.directory import load_state
@@ -26,7 +25,6 @@ from workers.rundir.records import (
 )
 from workers.rundir.settings import RunSettings
 from workers.training.first_weights import StartState
-from workers.training.hooks import WorkerHooks
 from workers.training.spec import STATES
 from workers.training.stop_training import StopTraining
 
@@ -40,22 +38,10 @@ def close_trainers():
 
 
 def process(path, workers=(0,), merge_with=(), merge_every=10, start=None, **spec_fields):
-    """One training process of `workers` with its hooks, as process.py sets them up."""
-    trainer = FakeTrainer(CFG, path, list(workers))
-    specs = [worker_spec(path, CFG, w, merge_with, merge_every, **spec_fields) for w in workers]
-    links = [link(spec) for spec in specs]
-    pause, stop, terminated = threading.Event(), threading.Event(), threading.Event()
-    hooks = WorkerHooks(links, trainer, pause, stop, terminated, start=start)
-    return SimpleNamespace(
-        hooks=hooks, trainer=trainer, links=links, pause=pause, stop=stop, terminated=terminated
-    )
+    return hooks_process(path, CFG, workers, merge_with, merge_every, start, **spec_fields)
 
 
-def steps(p, until: int) -> None:
-    """Agent steps up to step `until`, the hooks after each, as Trainer._train calls them."""
-    while p.trainer.step < until:
-        p.trainer.step += 1
-        p.hooks.after_step(p.trainer)
+steps = run_steps
 
 
 def test_each_knob_version_is_applied_once_at_the_step_it_is_seen(tmp_path):

@@ -28,6 +28,10 @@ def test_knob_values_are_frozen_checked_once_and_travel_between_processes():
         KnobValues({"horizon": 17})
     with pytest.raises(ConfigError, match="not a live knob: batch_size"):
         KnobValues({"batch_size": 64})
+    # An on/off knob takes a bool (or 0/1: a JSON reader's, a slider's), nothing else.
+    assert KnobValues({"bf16": 1, "merge_policy": False}) == {"bf16": True, "merge_policy": False}
+    with pytest.raises(ConfigError, match="merge_policy must be on or off, got 'yes'"):
+        KnobValues({"merge_policy": "yes"})
     # Checks across fields need the config: validate_knobs makes them.
     with pytest.raises(ConfigError, match="num_elites"):
         validate_knobs(cfg, {**knobs_of(cfg), "num_elites": cfg.num_samples + 1})

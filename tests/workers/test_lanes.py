@@ -52,6 +52,8 @@ def test_lanes_take_their_sizes_the_rest_share_evenly_and_packs_never_span_lanes
         ("workers=0", "workers must be a whole number of at least 1, got '0'"),
         ("workers=1.5", "workers must be a whole number"),
         ("merge=maybe", "merge must be on or off, got 'maybe'"),
+        ("bf16=1", "bf16 must be on or off, got '1'"),
+        ("merge_pull=0", r"merge_pull must be in \[0.001, 1\]"),
     ],
 )
 def test_a_bad_lane_is_one_clear_error(text, message):
@@ -68,6 +70,10 @@ def test_lane_text_reads_knobs_sizes_and_merging_of_either_spelling():
     assert lane == Lane({"iterations": 2}, size=1, merges=False)
     assert parse_lane(describe_lane(lane)) == lane
     assert describe_lane(lane) == "workers=1,iterations=2,merge=off"
+    lane = parse_lane("merge-policy=off,bf16=on,outer-lr=0.7")
+    assert lane.changes == {"merge_policy": False, "bf16": True, "outer_lr": 0.7}
+    assert describe_lane(lane) == "merge_policy=off,bf16=on,outer_lr=0.7"
+    assert parse_lane(describe_lane(lane)) == lane
 
 
 def test_a_layout_that_does_not_fit_the_run_is_refused():

@@ -61,7 +61,7 @@ ONE_OF_EACH = [
     ),
     MergeSkipped(step=300, round=3, reason="own weights are not finite"),
     MergeStopped(step=300, round=3),
-    KnobsApplied(step=0, version=1, values={"horizon": 3, "merge_every": 2500}),
+    KnobsApplied(step=0, version=1, values={"horizon": 3, "merge_every": 2500, "bf16": True}),
     KnobsRefused(
         step=5,
         version=None,

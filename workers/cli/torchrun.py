@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from agent.config import Config, knobs_of
 from agent.errors import UserError
-from agent.merge_rule import collective_refusal
+from agent.pack.merge_rule import collective_refusal
 from workers.cli.new_run import RUNS, config_from_args, default_run_dir
 from workers.merging.collective import init_group
 from workers.run.spawn import worker_spec

@@ -1,4 +1,4 @@
-"""The outer step's state (agent/merge_rule.py) as the merge pool's: merge/[lane-L/]outer.pt.
+"""The outer step's state (agent/pack/merge_rule.py) as the merge pool's: merge/[lane-L/]outer.pt.
 
 Every process of a pool computes the same mean in a round, but the outer step depends on what
 came before (its anchor and momentum): a process left out of a round, restarted or added would
@@ -17,10 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.errors import WeightsError
-from agent.merge_rule import OuterState, State, outer_step
+from agent.pack.merge_rule import OuterState, State, outer_step
 from workers.rundir.directory import DirLock, load_state, save_state
-
-OUTER = "outer.pt"
+from workers.rundir.paths import OUTER
 
 
 class PoolOuterStep:

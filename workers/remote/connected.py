@@ -23,7 +23,7 @@ from workers.run.attached import AttachedRun
 from workers.run.commands import ChooseShowcase, Command, Outcome
 from workers.run.handle import handle
 from workers.run.wording import ATTACHED, Wording
-from workers.rundir.paths import MEDIA, PLAYER_LOG, merged_path
+from workers.rundir.paths import MEDIA, OUTER, PLAYER_LOG, merged_path
 from workers.rundir.settings import RunSettings, read_record
 
 CONNECTED = Path("runs") / "connected"  # mirrors go here unless told (--mirror)
@@ -34,11 +34,12 @@ WORKER_WEIGHTS = re.compile(r"(?:^|/)worker-(\d+)(?:\.prev)?\.pt$")
 def wanted(path: str, source: int, merged_here: bool) -> bool:
     """Whether the mirror fetches `path` while the viewport shows `source` (a showcase source:
     -1 merged, k >= 0 worker k, <= -2 a lane's merged). Not a window's own files (its player's
-    log, its media: this window writes its own there); of the workers' weights only the shown
+    log, its media: this window writes its own there), not the outer step's state (twice a
+    model's size, for the workers only); of the workers' weights only the shown
     worker's, and worker 0's checkpoint while the mirror holds no merged weights (the merged
     source's stand-in before the first merge, shown_weights.py)."""
-    if path == PLAYER_LOG or path.startswith(f"{MEDIA}/"):
-        return False
+    if path == PLAYER_LOG or path.startswith(f"{MEDIA}/") or path.endswith(f"/{OUTER}"):
+        return False  # the window's own, or a pool's outer-step state (no window reads it)
     match = WORKER_WEIGHTS.search(path)
     if match is None:
         return True

@@ -16,7 +16,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from agent.agent import resolve_device
+import torch
+
 from agent.config import Config, knobs_of, with_knobs
 from agent.errors import ConfigError
 from agent.knobs import KnobValue, KnobValues, knobs
@@ -40,7 +41,8 @@ def validate_knobs(cfg: Config, values: Mapping[str, object]) -> KnobValues:
     values = dict(values)
     worker = {k: values.pop(k) for k in list(values) if k in knobs("workers")}
     checked = KnobValues({**knobs_of(with_knobs(cfg, **values)), **worker})
-    if checked["bf16"] and resolve_device(cfg.device).type == "cuda":
+    on_cuda = cfg.device != "cpu" and (cfg.device != "auto" or torch.cuda.is_available())
+    if checked["bf16"] and on_cuda:
         raise ConfigError(
             "bf16 is a CPU knob: on CUDA the workers compute in float32 with TF32 matmuls", "bf16"
         )

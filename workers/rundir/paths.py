@@ -31,6 +31,7 @@ METRICS = "metrics.jsonl"  # a lone agent's records (RunDir's default)
 WEIGHTS = "weights.pt"  # a lone agent's weights (RunDir's default)
 MERGE_DIR = "merge"
 MERGED = "merged.pt"
+OUTER = "outer.pt"  # a pool's outer-step state (workers/merging/outer.py)
 MEMBERS = "members.json"
 CHECKPOINTS = "checkpoints"
 PLAYER_LOG = "player.jsonl"

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.errors import ConfigError, UserError
 from agent.knobs import KnobValues, knob_text
-from agent.merge_rule import collective_refusal
+from agent.pack.merge_rule import collective_refusal
 from workers.rundir.directory import save_checkpoint, state_bytes
 from workers.rundir.knob_record import KnobStore, run_knobs, validate_record
 from workers.rundir.lanes import check_layout

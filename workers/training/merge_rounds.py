@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from agent.merge_rule import MergeRule
+from agent.pack.merge_rule import MergeRule
 from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled, pool_weights
 from workers.merging.outer import PoolOuterStep
@@ -177,7 +177,7 @@ class MergeRounds:
         """A merge round: a pack averages its merging workers on the device; with workers in
         other processes that mean (weighing as many workers as it holds) goes through the
         file backend. A worker with non-finite weights is left out and reset from the mean.
-        The merge rule (agent/merge_rule.py, the config's) says what the workers take from
+        The merge rule (agent/pack/merge_rule.py, the config's) says what the workers take from
         the mean: the outer step's state is the pool's (`merge_every`: rounds follow on it
         only at one frequency)."""
         t, agent = self.trainer, self.trainer.agent

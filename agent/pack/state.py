@@ -1,8 +1,6 @@
 """A pack's networks as state: merging inside the pack, and one worker's networks, Adam moments
 and random stream read and written as a lone agent's (the checkpoint format does not depend on
-the pack). TDMPC2 (agent/agent.py) is a PackState; this room holds what is not acting or
-learning.
-"""
+the pack). TDMPC2 (agent/agent.py) is a PackState; this holds what is not acting or learning."""
 
 from __future__ import annotations
 
@@ -95,10 +93,9 @@ class PackState:
         kept: frozenset[str] = frozenset(),
     ) -> dict[int, float]:
         """Give `workers` the networks `state` (the merged ones); `reset` of them also get a
-        new Adam (moments and step count zero). `pull` < 1: the others move only that part of
-        the way (w + pull (state - w)); `kept`: tensors the others keep as their own (a reset
-        worker takes all of `state`: its own are not finite). Returns each other worker's L2
-        distance from `state` before, over the tensors it takes."""
+        new Adam (moments and step count zero). The others move `pull` of the way, and keep
+        the tensors `kept` (agent/pack/merge_rule.py). Returns each other worker's L2 distance
+        from `state` before, over the tensors it takes."""
         own = self.model.state_dict()
         names = [k for k in state if k not in kept]
         distances = {}
@@ -106,22 +103,19 @@ class PackState:
             if w not in reset:
                 diffs = [own[k][w] - state[k].to(self.device) for k in names]
                 distances[w] = float(torch.stack([d.norm() for d in diffs]).norm())
-        if pull == 1.0 and not kept:
-            self.load_model_state(state, workers)
-        else:
-            taking = [w for w in workers if w not in reset]
-            if reset:
-                self.load_model_state(state, reset)
-            if taking and pull == 1.0:
-                self.load_model_state({k: state[k] for k in names}, taking)
-            elif taking:
-                self._pull({k: state[k] for k in names}, taking, pull)
+        taking = [w for w in workers if w not in reset] if pull != 1.0 or kept else []
+        if len(taking) < len(workers):
+            self.load_model_state(state, [w for w in workers if w not in taking])
+        if taking:  # all of `state` but `kept`, or part of the way (the plain mean skips this)
+            self._pull({k: state[k] for k in names}, taking, pull)
         if reset:
             self._reset_adam(list(reset))
         return distances
 
     def _pull(self, state: State, workers: list[int], pull: float) -> None:
-        """Move `workers`' tensors `pull` of the way to `state` (PAPA's pull)."""
+        """Move `workers`' tensors `pull` of the way to `state` (PAPA's pull; 1: take them)."""
+        if pull == 1.0:
+            return self.load_model_state(state, workers)
         own = self.model.state_dict()
         index = torch.tensor(workers, device=self.device)
         for name, tensor in state.items():

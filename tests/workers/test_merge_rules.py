@@ -1,0 +1,190 @@
+"""The merge rules (agent/pack/merge_rule.py) as a training process's merge rounds apply them,
+against plain restatements: the outer step with Nesterov momentum (torch.optim.SGD on the
+change of the mean), the pull, a local policy, and the plain mean at the defaults, bit for bit.
+The outer step's state is the pool's (workers/merging/outer.py): it survives a new process, and
+a rule changed mid-run takes effect at the next merge in every worker of its lane."""
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import tiny_config
+from helpers.process_fakes import FakeTrainer, hooks_process, make_run, records, run_steps
+
+from agent.knobs import knobs
+from agent.pack.merge_rule import collective_refusal
+from workers.merging.outer import PoolOuterStep
+from workers.remote.connected import wanted
+from workers.rundir.directory import load_state, save_state
+from workers.rundir.knob_record import KnobStore, validate_knobs
+from workers.rundir.lanes import Lane
+from workers.rundir.records import KnobsApplied, Merge
+from workers.rundir.settings import RunSettings
+
+CFG = tiny_config(mlp_dim=32, enc_dim=16, latent_dim=16, num_samples=16, num_elites=4)
+
+
+@pytest.fixture(autouse=True)
+def close_trainers():
+    yield
+    FakeTrainer.close_all()
+
+
+def pack(tmp_path, cfg=CFG, merge_every=10):
+    """One process of two workers that merge with each other (a pack: no files to wait for)."""
+    make_run(tmp_path, cfg, RunSettings(workers=2, merge_every=merge_every))
+    return hooks_process(tmp_path, cfg, (0, 1), (0, 1), merge_every)
+
+
+def trained(p, seed: int) -> list[dict]:
+    """Give both workers new weights, as if each had trained on; returns them."""
+    torch.manual_seed(seed)
+    for k in (0, 1):
+        weights = p.trainer.weights(k)
+        p.trainer.set_weights(k, {n: v + 0.1 * torch.randn_like(v) for n, v in weights.items()})
+    return [p.trainer.weights(k) for k in (0, 1)]
+
+
+def mean_of(states: list[dict]) -> dict:
+    return {n: (states[0][n] + states[1][n]) / 2 for n in states[0]}
+
+
+def close(a: dict, b: dict, names=None) -> bool:
+    return all(torch.allclose(a[n], b[n], atol=1e-6) for n in names or a)
+
+
+def test_the_outer_step_with_nesterov_momentum_is_sgd_on_the_change_of_the_mean(tmp_path):
+    cfg = dataclasses.replace(CFG, outer_lr=0.7, outer_momentum=0.9)
+    p = pack(tmp_path, cfg)
+    anchor, sgd = None, None
+    for n, until in enumerate((10, 20, 30, 40)):
+        mean = mean_of(trained(p, n))
+        run_steps(p, until)
+        if anchor is None:  # the pool's first merge under the rule: the mean is the anchor
+            anchor = {k: torch.nn.Parameter(v.clone()) for k, v in mean.items()}
+            sgd = torch.optim.SGD(anchor.values(), lr=0.7, momentum=0.9, nesterov=True)
+        else:  # the outer gradient: anchor - mean
+            for k, param in anchor.items():
+                param.grad = param.detach() - mean[k]
+            sgd.step()
+        for k in (0, 1):
+            assert close(p.trainer.weights(k), {n: v.detach() for n, v in anchor.items()})
+    outer = load_state(tmp_path / "merge" / "outer.pt")
+    assert (outer["round"], outer["pool"], outer["merge_every"]) == (4, 0, 10)
+    merged = load_state(tmp_path / "merge" / "merged.pt")["model"]  # what an added worker takes
+    assert close(merged, {n: v.detach() for n, v in anchor.items()})
+    assert len(records(tmp_path, 0, Merge)) == 4
+
+
+def test_a_pull_moves_every_tensor_part_of_the_way_the_target_qs_and_q_scale_too(tmp_path):
+    p = pack(tmp_path, dataclasses.replace(CFG, merge_pull=0.25))
+    own = trained(p, 0)
+    own[1]["q_scale"] = torch.tensor(5.0)  # a worker's running Q scale of its own
+    p.trainer.set_weights(1, own[1])
+    mean = mean_of(own)
+    run_steps(p, 10)
+    for k in (0, 1):
+        expected = {n: own[k][n] + 0.25 * (mean[n] - own[k][n]) for n in mean}
+        assert close(p.trainer.weights(k), expected)
+    assert any(n.startswith("target_qs.") for n in mean)
+    moved = 5 + 0.25 * (float(mean["q_scale"]) - 5)
+    assert float(p.trainer.weights(1)["q_scale"]) == pytest.approx(moved) != 5
+
+
+def test_a_local_policy_is_left_untouched_while_every_other_tensor_is_merged(tmp_path):
+    p = pack(tmp_path, dataclasses.replace(CFG, merge_policy=False))
+    own = trained(p, 1)
+    mean = mean_of(own)
+    run_steps(p, 10)
+    policy = [n for n in mean if n.startswith("pi.")]
+    rest = [n for n in mean if n not in policy]
+    assert policy and "q_scale" in rest and any(n.startswith("target_qs.") for n in rest)
+    for k in (0, 1):
+        weights = p.trainer.weights(k)
+        assert all(torch.equal(weights[n], own[k][n]) for n in policy)
+        assert close(weights, mean, rest)
+
+
+def test_the_default_rule_is_the_plain_mean_bit_for_bit_and_keeps_no_outer_state(tmp_path):
+    p = pack(tmp_path)
+    own = trained(p, 2)
+    run_steps(p, 10)
+    stacked = {n: torch.stack([own[0][n], own[1][n]]).mean(0) for n in own[0]}
+    for k in (0, 1):
+        weights = p.trainer.weights(k)
+        assert all(torch.equal(weights[n], stacked[n]) for n in stacked)
+    assert not (tmp_path / "merge" / "outer.pt").exists()
+
+
+def test_a_rule_changed_mid_run_takes_effect_at_the_next_merge_in_every_worker_of_its_lane(
+    tmp_path,
+):
+    make_run(tmp_path, CFG, RunSettings(workers=4, merge_every=10))
+    lanes = [hooks_process(tmp_path, CFG, ws, ws, 10) for ws in ((0, 1), (2, 3))]
+    KnobStore(tmp_path).start_race(CFG, ((0, 1), (2, 3)), (Lane(), Lane()))
+    for p in lanes:
+        run_steps(p, 5)  # the race seen at step 1: merges at 11, 21, ...
+    KnobStore(tmp_path).set(CFG, lane=0, merge_pull=0.5)
+    before = []
+    for p in lanes:
+        own = [p.trainer.weights(k) for k in (0, 1)]
+        before.append((own, mean_of(own)))
+        run_steps(p, 11)
+    (own, mean), (other, other_mean) = before
+    for k in (0, 1):  # lane 0: half way; lane 1: the mean, as before
+        assert close(lanes[0].trainer.weights(k), {n: (own[k][n] + mean[n]) / 2 for n in mean})
+        assert close(lanes[1].trainer.weights(k), other_mean)
+    applied = records(tmp_path, 1, KnobsApplied)[-1]
+    assert (applied.lane, applied.values["merge_pull"]) == (0, 0.5)
+
+
+def test_the_outer_state_is_the_pools_a_new_process_goes_on_from_it(tmp_path):
+    torch.manual_seed(3)
+    means = [{"w": torch.randn(4), "b": torch.randn(2)} for _ in range(4)]
+    first = PoolOuterStep(tmp_path, pool=2)
+    taken = [first(means[r], r + 1, 50, 0.5, 0.8) for r in range(3)]
+    # Another process in round 3 (its mean differs: it found other files) takes the pool's.
+    assert close(first(means[3], 3, 50, 0.5, 0.8), taken[2])
+    # A restarted process (or a resumed run) goes on from the file in round 4.
+    fourth = PoolOuterStep(tmp_path, pool=2)(means[3], 4, 50, 0.5, 0.8)
+    anchor = {k: torch.nn.Parameter(v.clone()) for k, v in means[0].items()}
+    sgd = torch.optim.SGD(anchor.values(), lr=0.5, momentum=0.8, nesterov=True)
+    for mean in means[1:]:
+        for k, param in anchor.items():
+            param.grad = param.detach() - mean[k]
+        sgd.step()
+    assert close(fourth, {k: v.detach() for k, v in anchor.items()})
+
+
+@pytest.mark.parametrize(
+    "pool, round_, merge_every",
+    [(3, 2, 50), (2, 2, 100), (2, 3, 50)],
+    ids=["another pool", "another frequency", "a round missed"],
+)
+def test_the_outer_step_starts_again_from_the_mean_without_the_round_before(
+    tmp_path, pool, round_, merge_every
+):
+    PoolOuterStep(tmp_path, pool=2)({"w": torch.zeros(3)}, 1, 50, 0.7, 0.9)
+    mean = {"w": torch.ones(3)}
+    assert torch.equal(
+        PoolOuterStep(tmp_path, pool)(mean, round_, merge_every, 0.7, 0.9)["w"], mean["w"]
+    )
+
+
+def test_a_damaged_outer_state_starts_again_from_the_mean(tmp_path):
+    save_state(tmp_path / "outer.pt", {"pool": 0, "round": 1})  # no anchor
+    mean = {"w": torch.ones(2)}
+    assert torch.equal(PoolOuterStep(tmp_path, 0)(mean, 2, 10, 0.7, 0.9)["w"], mean["w"])
+    (tmp_path / "outer.pt").write_bytes(b"torn")
+    assert torch.equal(PoolOuterStep(tmp_path, 0)(mean, 3, 10, 0.7, 0.9)["w"], mean["w"])
+
+
+def test_the_merge_rule_knobs_refuse_what_they_cannot_do():
+    assert collective_refusal({"outer_lr": 0.7}) and collective_refusal({"outer_momentum": 0.9})
+    assert collective_refusal({"merge_pull": 0.1, "merge_policy": False}) is None
+    values = {**{k: getattr(CFG, k) for k in knobs("agent")}, "merge_every": 10, "bf16": True}
+    assert validate_knobs(CFG, values)["bf16"] is True
+    with pytest.raises(Exception, match="bf16 is a CPU knob"):
+        validate_knobs(dataclasses.replace(CFG, device="cuda"), values)
+    # A connected window never fetches a pool's outer state (twice a model, for workers only).
+    assert not wanted("merge/lane-0/outer.pt", -1, True) and wanted("merge/merged.pt", -1, True)
