@@ -103,3 +103,17 @@ def test_the_planners_values_and_weights_are_float32_under_bf16_autocast(monkeyp
         assert value.abs().mean() > 50 and value.std() > 1
         exact = torch.softmax(0.5 * value.double().gather(-1, idx), -1)
         assert torch.allclose(score.double(), exact, atol=1e-6)
+
+
+def test_the_bf16_knob_changes_the_number_format_between_two_calls():
+    """bf16 is a live knob: autocast is entered per call, so a plan right after the change
+    computes its matmuls in bf16, and one after turning it off in float32 again."""
+    agent = TDMPC2(tiny_config(bf16=False), 5, 1)
+    formats = []
+    agent.model.encoder.register_forward_hook(lambda m, i, out: formats.append(out.dtype))
+    obs = torch.randn(5)
+    for bf16 in (False, True, False):
+        agent.set_knobs(bf16=bf16)
+        agent.act(obs, t0=True)
+        assert set(formats) == {torch.bfloat16 if bf16 else torch.float32}
+        formats.clear()

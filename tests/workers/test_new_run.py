@@ -97,7 +97,7 @@ def test_a_resumed_run_takes_threads_and_restarts_from_the_flags_else_keeps_its_
     assert (given.settings.threads_per_worker, given.settings.max_restarts) == (1, 0)
 
 
-def test_a_torchrun_rank_refuses_to_serve(monkeypatch):
+def test_a_torchrun_rank_refuses_to_serve_and_the_outer_step(monkeypatch):
     """A rank's process never serves (it would serve only its own part of the job)."""
     from workers.cli.new_run import check_run_flags
 
@@ -107,3 +107,7 @@ def test_a_torchrun_rank_refuses_to_serve(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UserError, match="launch.py serve RUN_DIR on rank 0's machine"):
         check_run_flags(args)
+    # Nor takes the outer step, whose state is the run directory's merge pool's.
+    check_run_flags(build_parser().parse_args(["--headless", "--merge-pull", "0.1"]))
+    with pytest.raises(UserError, match="outer step is not for a torchrun job yet"):
+        check_run_flags(build_parser().parse_args(["--headless", "--outer-momentum", "0.9"]))

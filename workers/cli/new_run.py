@@ -13,6 +13,7 @@ from pathlib import Path
 from agent.agent import resolve_device
 from agent.config import Config
 from agent.errors import ConfigError, UserError
+from agent.pack.merge_rule import collective_refusal
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING, build_parser
 from workers.cli.presets import CPU_PLANNING, Preset, demo_preset, preset_config
 from workers.race.control import check_race
@@ -81,7 +82,12 @@ def check_run_flags(args: argparse.Namespace) -> None:
                 "--replicas copies a race's lanes: give two --lane or more (or --control-worker)"
             )
     check_remote_flags(args)
-    if args.lane and "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a torchrun rank
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    outer = {k: getattr(args, k, None) for k in ("outer_lr", "outer_momentum")}
+    refusal = torchrun and collective_refusal({k: v for k, v in outer.items() if v is not None})
+    if refusal:
+        raise UserError(refusal)
+    if args.lane and torchrun:
         raise UserError(
             "--lane: a torchrun job does not race (its ranks merge in one all-reduce); race on "
             "one machine: launch.py --headless --workers N --lane ... --lane ..."

@@ -24,9 +24,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from agent.config import Config, knobs_of
+from agent.config import Config
 from agent.errors import UserError
-from agent.pack.merge_rule import collective_refusal
 from workers.cli.new_run import RUNS, config_from_args, default_run_dir
 from workers.merging.collective import init_group
 from workers.run.spawn import worker_spec
@@ -82,9 +81,6 @@ def run_rank(args: argparse.Namespace) -> int:
     if args.control_worker:
         raise UserError("--control-worker is not for a torchrun job yet: every rank must merge")
     cfg, settings = _from_flags(args, world)
-    refusal = collective_refusal(knobs_of(cfg))
-    if refusal:
-        raise UserError(refusal)
     if not args.resume:
         rank_workers(settings.workers, world, rank)  # a share for every rank, or say so now
     init_group(cfg.device, COLLECTIVE_TIMEOUT_S, RENDEZVOUS_S)
