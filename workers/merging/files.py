@@ -1,4 +1,5 @@
-"""Weight merging: a plain mean of the workers' networks, behind one small backend interface.
+"""Weight merging: a plain mean of the workers' networks, behind one small backend interface
+(a merge rule may step from that mean: agent/pack/merge_rule.py, workers/merging/outer.py).
 
 What is averaged: every floating-point tensor of the world model (encoder, dynamics, reward,
 termination, policy, Qs, target Qs) and the running Q scale. What is not: each worker keeps its
