@@ -13,7 +13,7 @@ from helpers.race_records import T0, episodes_of, learning, progress_of, record_
 from agent.errors import ConfigError
 from workers.race.replicas import mean_curve
 from workers.race.table import RaceTracker
-from workers.race.text import race_text, race_top, summary_lines
+from workers.race.text import level_text, race_text, race_top, summary_lines
 from workers.rundir.lanes import check_layout
 from workers.rundir.records import KnobsApplied
 
@@ -147,6 +147,12 @@ def test_the_merge_gain_is_the_mean_of_each_replicas_gain_with_its_spread():
     assert called >= 1
     line = summary_lines(table)[-1]
     assert line.startswith("merge gain of lane 0 over lane 1") and "+-" in line
+    # The figures behind each mean, replica by replica (a threshold's first, merging lane's).
+    level = table.thresholds[0]
+    each = [r[level] for r in merging.replica_reached]
+    shown = [f"{int(t // 60)}:{int(t % 60):02d} ({n:.0f} steps)" for t, n in each]
+    expected = f"lane 0, replica by replica: to {level_text(level)}: {', '.join(shown)}"
+    assert expected in race_text(table)
 
 
 def test_the_mean_curve_follows_each_replicas_latest_episode_and_the_band_spans_them():

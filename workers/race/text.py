@@ -115,6 +115,14 @@ def summary_lines(table: RaceTable, short: bool = False) -> list[str]:
         lines.append(f"of which seeding and pretraining: {clock_text(table.warmup)}, every lane")
     if table.note:
         lines.append(table.note)
+    if table.replicas > 1 and not short:  # the figures behind each mean "to X"
+        for row in sorted(table.rows, key=lambda r: r.lane):
+            each = "; ".join(
+                f"to {level_text(level)}: "
+                + ", ".join(_reach(reached.get(level)) for reached in row.replica_reached)
+                for level in table.thresholds
+            )
+            lines.append(f"lane {row.lane}, replica by replica: {each}")
     if table.control is not None:
         for row in table.rows:
             if row.merges and row.gain:
@@ -123,6 +131,10 @@ def summary_lines(table: RaceTable, short: bool = False) -> list[str]:
                 )
                 lines.append(f"merge gain of lane {row.lane} over lane {table.control}: {gains}")
     return lines
+
+
+def _reach(reached: tuple[float, float] | None) -> str:
+    return "-" if reached is None else f"{clock_text(reached[0])} ({reached[1]:.0f} steps)"
 
 
 def clock_text(seconds: float | None) -> str:
