@@ -2,7 +2,9 @@
 
 bf16 is the default on a CPU with a bf16 unit (AVX512-BF16 or AMX): there an update and a plan
 take 0.73x float32's time at 5M (0.82x at 1M on one thread), and its learning curves stayed
-within float32's seeds (BENCHMARKS.md, "bf16 against float32"). Elsewhere float32 stays the
+within float32's seeds (BENCHMARKS.md, "bf16 against float32"); raced per training time with
+replicas it learned as fast per agent step and ran 1.16x the steps (BENCHMARKS.md, "Merge rules
+raced"). It is a live knob: a run can switch between steps. Elsewhere float32 stays the
 default: without the unit bf16 numbers cost float32's time or more (agent/cpu/bf16.py) and gain
 nothing. On CUDA the workers run float32 with TF32 matmuls, as the authors do."""
 
