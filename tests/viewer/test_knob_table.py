@@ -72,10 +72,12 @@ def test_every_layer_reads_its_knobs_from_the_table():
     # Every knob is refused one past its top with the table's range in the message.
     for knob in KNOBS:
         too_high = knob.high + 1
-        with pytest.raises(ConfigError, match=rf"{knob.name} must be in \[") as refused:
+        wording = "must be on or off" if knob.kind is bool else r"must be in \["
+        with pytest.raises(ConfigError, match=rf"{knob.name} {wording}") as refused:
             validate_knobs(cfg, {**run_knobs(cfg, 100), knob.name: too_high})
         assert knob.bounds in str(refused.value) and refused.value.field == knob.name
     # The command line says which flags are live, with the table's range.
     help_text = " ".join(build_parser().format_help().split())
     for knob in KNOBS:
-        assert f"live knob in {knob.bounds}" in help_text, knob.name
+        live = "live knob," if knob.kind is bool else "live knob in"
+        assert f"{live} {knob.bounds}" in help_text, knob.name

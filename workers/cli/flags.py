@@ -47,7 +47,9 @@ def _config_defaults() -> dict[str, str]:
 def _live(name: str) -> str:
     """'; live knob in [low, high]' for a knob of the table (agent/knobs.py), else ''."""
     knob = knobs().get(name)
-    return f"; live knob in {knob.bounds}" if knob else ""
+    if knob is None:
+        return ""
+    return f"; live knob, {knob.bounds}" if knob.kind is bool else f"; live knob in {knob.bounds}"
 
 
 def add_config_flags(parser: argparse.ArgumentParser, skip: set[str] = frozenset()) -> None:
