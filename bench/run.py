@@ -36,15 +36,14 @@ def agent_for(cfg: Config) -> TDMPC2:
     return TDMPC2(cfg, obs_dim, action_dim)
 
 
-# The merge rules timed side by side (agent/pack/merge_rule.py): (name, pull, outer lr, momentum,
-# policy merged). The outer step's state file is written every merge; the pull and a local
-# policy change only how the merged weights are loaded.
-MERGE_RULES = (
-    ("mean", 1.0, 1.0, 0.0, True),
-    ("outer 0.7, 0.9", 1.0, 0.7, 0.9, True),
-    ("pull 0.1", 0.1, 1.0, 0.0, True),
-    ("local policy", 1.0, 1.0, 0.0, False),
-)
+# The merge rules timed side by side (agent/pack/merge_rule.py). The outer step's state file is
+# written every merge; the pull and a local policy change only how the merged weights are loaded.
+MERGE_RULES = {
+    "mean": MergeRule(),
+    "outer 0.7, 0.9": MergeRule(outer_lr=0.7, outer_momentum=0.9),
+    "pull 0.1": MergeRule(pull=0.1),
+    "local policy": MergeRule(policy=False),
+}
 
 
 def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
@@ -55,19 +54,24 @@ def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
     agent = agent_for(cfg)
     state = {k: v.detach().cpu().clone() for k, v in agent.model_state().items()}
     params = sum(v.numel() for v in state.values())
-    times: dict[str, list[float]] = {rule[0]: [] for rule in MERGE_RULES}
+    times: dict[str, list[float]] = {name: [] for name in MERGE_RULES}
     with tempfile.TemporaryDirectory() as tmp:
         backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
         outer = PoolOuterStep(backend.dir, pool=0)
         round_ = 0
         for repeat in range(repeats):
-            for name, pull, lr, momentum, policy in MERGE_RULES:
+            for name, rule in MERGE_RULES.items():
                 round_ += 1
                 for other in range(1, workers):
                     backend.publish(other, round_, state)
-                rule = MergeRule(pull, lr, momentum, policy)
                 # The outer step's rounds follow on each other (from the second, a full step).
-                step = partial(outer, round_=repeat, merge_every=1, lr=lr, momentum=momentum)
+                step = partial(
+                    outer,
+                    round_=repeat,
+                    merge_every=1,
+                    lr=rule.outer_lr,
+                    momentum=rule.outer_momentum,
+                )
                 step = step if rule.outer else None
                 start = time.perf_counter()
                 result = backend.merge(0, round_, state, rule=step)

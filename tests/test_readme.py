@@ -29,17 +29,12 @@ REGENERATE = ".venv/bin/python tests/test_readme.py"
 # --- the knob table -----------------------------------------------------------------------
 
 
-def _number(value: float, kind: type) -> str:
-    if kind is bool:
-        return "on" if value else "off"
-    return f"{value:g}" if kind is float else str(int(value))
-
-
 def knob_table() -> str:
     """The README's knob table, from KNOBS: each knob's label, its flag as the command line
     spells it, its range, its default and its widget in the window."""
     import agent.knobs
     from agent.config import make_config
+    from agent.knobs import knob_text
     from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, build_parser
     from workers.rundir.settings import RunSettings
 
@@ -58,7 +53,7 @@ def knob_table() -> str:
             raise AssertionError(f"knob {knob.name} has no flag in workers/cli/flags.py")
         owner = cfg if hasattr(cfg, knob.name) else RunSettings
         value = getattr(owner, knob.name)
-        default = _number(value, knob.kind)
+        default = knob_text(knob.kind(value))
         if knob.auto is not None and value == knob.auto:
             small, large = cfg.resolved_iterations(1), cfg.resolved_iterations(20)
             default += f" (chosen at start: {small}, or {large} at 20+ action dimensions)"
