@@ -282,6 +282,18 @@ def check_fast_path(agent: TDMPC2, asked: str = "auto", can_split: bool = True) 
     return verdict
 
 
+def check_switch(agent: TDMPC2, path: FastPath, by_hand: bool = False) -> Verdict:
+    """The self-check of a path the agent is switched to while it trains (bf16 turned on by a
+    knob, in a process that started in float32): `path`, then the path it is on now, which
+    the start-up check chose; the agent is put on the first that agrees (by hand: on `path`,
+    whatever the check finds)."""
+    probe = AgentProbe(agent)
+    rungs = [path] if by_hand else [path, agent.path]
+    verdict = decide(rungs, probe, by_hand, "auto" if not by_hand else path.mode, tf32=probe.tf32)
+    agent.use_path(verdict.path)
+    return verdict
+
+
 # helpers -------------------------------------------------------------------------------
 def _dropouts(agent: TDMPC2) -> dict[Layer, float]:
     models = [agent.model] + ([] if agent.threads is None else agent.threads.members)

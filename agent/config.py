@@ -280,6 +280,16 @@ def validate(cfg: Config) -> None:
             f"num_elites must be at most num_samples ({cfg.num_samples}), got {cfg.num_elites}",
             "num_elites",
         )
+    if cfg.merge_pull != 1.0 and (cfg.outer_lr != 1.0 or cfg.outer_momentum != 0.0):
+        # PAPA pulls each worker toward the mean; DiLoCo's step moves the pool's anchor, which
+        # every worker takes: a pull toward the stepped anchor is neither method.
+        raise ConfigError(
+            f"merge_pull {cfg.merge_pull:g} does not go with the outer step (outer_lr "
+            f"{cfg.outer_lr:g}, outer_momentum {cfg.outer_momentum:g}): the pull moves each "
+            "worker toward the mean, the outer step moves the pool's anchor that every worker "
+            "takes; set merge_pull to 1, or outer_lr to 1 and outer_momentum to 0",
+            "merge_pull",
+        )
     if cfg.min_std > cfg.max_std:
         raise ConfigError(
             f"min_std ({cfg.min_std}) must not exceed max_std ({cfg.max_std})", "min_std"

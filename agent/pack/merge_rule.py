@@ -9,9 +9,15 @@ plain mean's bit for bit:
   as torch.optim.SGD(nesterov=True) does. The new anchor is what the workers take. lr 1, mu 0 is
   the mean. The anchor and b are the pool's (workers/merging/outer.py keeps them).
 - A pull (PAPA, arXiv 2304.03094): each worker moves part of the way, w <- w + alpha (t - w).
-- A local policy: the policy prior's tensors stay as each worker has them.
-The target Qs and the Q scale are tensors of the model like the Qs: the same rule moves them.
-Each worker's Adam moments stay its own, whatever the rule.
+  Not together with the outer step (agent/config.py refuses it): neither method defines it.
+- A local policy: the policy prior's tensors stay as each worker has them, and the outer step
+  leaves them out (they are not the pool's).
+The target Qs are weights like the Qs: the same rule moves them. The Q scale is not a weight but
+a running statistic (a lerp toward a 5-95 % spread of at least 1): it takes the plain mean under
+every rule, as SlowMo averages BatchNorm's statistics instead of stepping them, so it stays a
+spread of at least 1 (an outer step of lr 2 would put it at 2m - a, below 1 or negative). A pull
+moves it part of the way, which keeps it between the two. Each worker's Adam moments stay its
+own, whatever the rule.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from agent.config import Config
 
 State = dict[str, torch.Tensor]
 POLICY_PREFIX = "pi."  # the policy prior's tensors in the model's state (WorldModel.pi)
+RUNNING_STATS = frozenset({"q_scale"})  # statistics, not weights: the plain mean, never stepped
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,32 @@ class MergeRule:
     def kept(self, names: list[str]) -> frozenset[str]:
         """The tensors each worker keeps as its own at a merge."""
         return frozenset() if self.policy else frozenset(n for n in names if is_policy(n))
+
+    def stepped(self, state: State) -> list[str]:
+        """The tensors the outer step moves: the pool's weights (not a kept policy, not a
+        running statistic)."""
+        kept = self.kept(list(state))
+        return [
+            k
+            for k, v in state.items()
+            if v.is_floating_point() and k not in kept and k not in RUNNING_STATS
+        ]
+
+
+def taken(own: State, target: State, rule: MergeRule) -> State:
+    """What a worker holding `own` holds after a merge whose rule gives `target`: its kept
+    tensors, the others `pull` of the way (PackState.assign does it on a pack's workers)."""
+    kept = rule.kept(list(target))
+    out = {}
+    for name, value in target.items():
+        mine = own[name].detach().to(value.device, value.dtype)
+        if name in kept:
+            out[name] = mine.clone()
+        elif rule.pull == 1.0 or not value.is_floating_point():
+            out[name] = value
+        else:
+            out[name] = mine.lerp(value, rule.pull)
+    return out
 
 
 def collective_refusal(values: Mapping[str, object]) -> str | None:
@@ -76,15 +109,19 @@ class OuterState:
 
 @torch.no_grad()
 def outer_step(
-    mean: State, state: OuterState | None, lr: float, momentum: float
+    mean: State, state: OuterState | None, lr: float, momentum: float, names: list[str]
 ) -> tuple[State, OuterState]:
-    """(the weights the workers take, the new outer state) for the pool's `mean`. A pool's first
+    """(the weights the workers take, the new outer state) for the pool's `mean`, stepping the
+    tensors `names` (MergeRule.stepped) and taking the others from the mean. A pool's first
     merge under the rule (`state` None) has no anchor to step from: the mean is taken and
-    becomes the anchor."""
-    names = [k for k, v in mean.items() if v.is_floating_point()]
+    becomes the anchor; so is a tensor the anchor lacks (the policy, merged again)."""
+    fresh = names if state is None else [k for k in names if k not in state.anchor]
+    start = {k: mean[k].detach().clone() for k in fresh}
     if state is None:
-        anchor = {k: mean[k].detach().clone() for k in names}
-        return dict(mean), OuterState(anchor)
+        return dict(mean), OuterState(start)
+    names = [k for k in names if k in state.anchor]
+    if not names:
+        return dict(mean), OuterState(start)
     anchor = [state.anchor[k].to(mean[k].device, mean[k].dtype) for k in names]
     grad = torch._foreach_sub(anchor, [mean[k] for k in names])
     buffers: dict[str, torch.Tensor] = {}
@@ -99,4 +136,4 @@ def outer_step(
         buffers = dict(zip(names, bufs))
     new = torch._foreach_sub(anchor, step, alpha=lr)
     merged = {**mean, **dict(zip(names, new))}
-    return merged, OuterState({k: v.clone() for k, v in zip(names, new)}, buffers)
+    return merged, OuterState({**start, **{k: v.clone() for k, v in zip(names, new)}}, buffers)

@@ -13,9 +13,9 @@ from helpers.process_fakes import FakeTrainer, hooks_process, make_run, records,
 
 from agent.knobs import knobs
 from agent.pack.merge_rule import collective_refusal
-from workers.merging.outer import PoolOuterStep
+from workers.merging.outer import Part, PoolOuterStep
 from workers.remote.connected import wanted
-from workers.rundir.directory import load_state, save_state
+from workers.rundir.directory import DirLock, load_state, save_state
 from workers.rundir.knob_record import KnobStore, validate_knobs
 from workers.rundir.lanes import Lane
 from workers.rundir.records import KnobsApplied, Merge
@@ -54,25 +54,31 @@ def close(a: dict, b: dict, names=None) -> bool:
 
 
 def test_the_outer_step_with_nesterov_momentum_is_sgd_on_the_change_of_the_mean(tmp_path):
+    """Every weight (the target Qs too) is SGD with Nesterov momentum on the mean's change;
+    the Q scale, a running statistic, takes the plain mean."""
     cfg = dataclasses.replace(CFG, outer_lr=0.7, outer_momentum=0.9)
     p = pack(tmp_path, cfg)
     anchor, sgd = None, None
     for n, until in enumerate((10, 20, 30, 40)):
         mean = mean_of(trained(p, n))
         run_steps(p, until)
+        weights = {k: v for k, v in mean.items() if k != "q_scale"}
         if anchor is None:  # the pool's first merge under the rule: the mean is the anchor
-            anchor = {k: torch.nn.Parameter(v.clone()) for k, v in mean.items()}
+            anchor = {k: torch.nn.Parameter(v.clone()) for k, v in weights.items()}
             sgd = torch.optim.SGD(anchor.values(), lr=0.7, momentum=0.9, nesterov=True)
         else:  # the outer gradient: anchor - mean
             for k, param in anchor.items():
                 param.grad = param.detach() - mean[k]
             sgd.step()
         for k in (0, 1):
-            assert close(p.trainer.weights(k), {n: v.detach() for n, v in anchor.items()})
+            taken = p.trainer.weights(k)
+            assert close(taken, {n: v.detach() for n, v in anchor.items()}, list(anchor))
+            assert torch.allclose(taken["q_scale"], mean["q_scale"])
+    assert any(n.startswith("target_qs.") for n in anchor)
     outer = load_state(tmp_path / "merge" / "outer.pt")
     assert (outer["round"], outer["pool"], outer["merge_every"]) == (4, 0, 10)
     merged = load_state(tmp_path / "merge" / "merged.pt")["model"]  # what an added worker takes
-    assert close(merged, {n: v.detach() for n, v in anchor.items()})
+    assert close(merged, {n: v.detach() for n, v in anchor.items()}, list(anchor))
     assert len(records(tmp_path, 0, Merge)) == 4
 
 
@@ -138,45 +144,129 @@ def test_a_rule_changed_mid_run_takes_effect_at_the_next_merge_in_every_worker_o
     assert (applied.lane, applied.values["merge_pull"]) == (0, 0.5)
 
 
-def test_the_outer_state_is_the_pools_a_new_process_goes_on_from_it(tmp_path):
-    torch.manual_seed(3)
-    means = [{"w": torch.randn(4), "b": torch.randn(2)} for _ in range(4)]
-    first = PoolOuterStep(tmp_path, pool=2)
-    taken = [first(means[r], r + 1, 50, 0.5, 0.8) for r in range(3)]
-    # Another process in round 3 (its mean differs: it found other files) takes the pool's.
-    assert close(first(means[3], 3, 50, 0.5, 0.8), taken[2])
-    # A restarted process (or a resumed run) goes on from the file in round 4.
-    fourth = PoolOuterStep(tmp_path, pool=2)(means[3], 4, 50, 0.5, 0.8)
+def sgd_anchor(means: list[dict], lr: float, momentum: float) -> dict:
+    """The anchor of SGD with Nesterov momentum on the change of each mean after the first."""
     anchor = {k: torch.nn.Parameter(v.clone()) for k, v in means[0].items()}
-    sgd = torch.optim.SGD(anchor.values(), lr=0.5, momentum=0.8, nesterov=True)
+    sgd = torch.optim.SGD(anchor.values(), lr=lr, momentum=momentum, nesterov=True)
     for mean in means[1:]:
         for k, param in anchor.items():
             param.grad = param.detach() - mean[k]
         sgd.step()
-    assert close(fourth, {k: v.detach() for k, v in anchor.items()})
+    return {k: v.detach() for k, v in anchor.items()}
+
+
+def outer_round(folder, pool, parts, round_, merge_every=50, lr=0.5, momentum=0.8):
+    """One process's call of its pool's outer step: `parts` as (workers, state) of round_."""
+    pieces = [Part(tuple(w), state, round_) for w, state in parts]
+    mean = pieces[0].state
+    return PoolOuterStep(folder, pool)(mean, pieces, round_, merge_every, lr, momentum, ["w"])
+
+
+def test_the_outer_state_is_the_pools_a_new_process_goes_on_from_it(tmp_path):
+    torch.manual_seed(3)
+    means = [{"w": torch.randn(4)} for _ in range(4)]
+    taken = [outer_round(tmp_path, 2, [((0, 1), means[r])], r + 1).weights for r in range(3)]
+    # Another process in round 3 whose workers are counted already takes the pool's.
+    again = outer_round(tmp_path, 2, [((0, 1), {"w": torch.randn(4)})], 3).weights
+    assert close(again, taken[2])
+    # A restarted process (or a resumed run) goes on from the file in round 4.
+    fourth = outer_round(tmp_path, 2, [((0, 1), means[3])], 4).weights
+    assert close(fourth, sgd_anchor(means, 0.5, 0.8))
+
+
+def test_a_late_workers_update_is_in_the_anchor_the_round_steps_from_the_full_mean(tmp_path):
+    """Workers 0 and 1 in two processes: in round 2 the first through has only its own weights
+    (its partner evaluating); the late one adds its own, and the round's step is made again
+    from the state before it with both. The pool goes on from that anchor in round 3."""
+    torch.manual_seed(4)
+    w0, w1 = [{"w": torch.randn(4)} for _ in range(3)], [{"w": torch.randn(4)} for _ in range(3)]
+    full = [{"w": (a["w"] + b["w"]) / 2} for a, b in zip(w0, w1)]
+    outer_round(tmp_path, 0, [((0,), w0[0]), ((1,), w1[0])], 1)
+    early = outer_round(tmp_path, 0, [((0,), w0[1])], 2).weights  # alone: its own mean
+    assert close(early, sgd_anchor([full[0], w0[1]], 0.5, 0.8))
+    late = outer_round(tmp_path, 0, [((1,), w1[1]), ((0,), w0[1])], 2).weights
+    assert close(late, sgd_anchor(full[:2], 0.5, 0.8))
+    assert not close(late, early)
+    third = outer_round(tmp_path, 0, [((0,), w0[2]), ((1,), w1[2])], 3).weights
+    assert close(third, sgd_anchor(full, 0.5, 0.8))
+
+
+def test_a_late_worker_through_real_merge_rounds_is_in_the_anchor(tmp_path):
+    """Two processes of one worker each: the first waits out a short timeout for the other
+    (evaluating, say), steps alone; the second comes to the same round later and takes an
+    anchor made from both workers' weights, as the outer step with every worker would."""
+    cfg = dataclasses.replace(CFG, outer_lr=0.7, outer_momentum=0.9)
+    make_run(tmp_path, cfg, RunSettings(workers=2, merge_every=10))
+    a, b = (hooks_process(tmp_path, cfg, (w,), (0, 1), 10, merge_timeout_s=0.2) for w in (0, 1))
+    first = mean_of([a.trainer.weights(0), b.trainer.weights(0)])
+    run_steps(a, 10), run_steps(b, 10)  # round 1: the pool's anchor is the mean of both
+    torch.manual_seed(5)
+    own = []
+    for p in (a, b):
+        weights = p.trainer.weights(0)
+        p.trainer.set_weights(0, {n: v + 0.1 * torch.randn_like(v) for n, v in weights.items()})
+        own.append(p.trainer.weights(0))
+    run_steps(a, 20)  # b is not there: a takes a step of its own weights alone
+    run_steps(b, 20)  # b finds a's round-2 file and its own
+    names = [n for n in own[0] if n != "q_scale"]
+    expected = sgd_anchor([first, mean_of(own)], 0.7, 0.9)
+    assert close(b.trainer.weights(0), expected, names)
+    assert not close(a.trainer.weights(0), expected, names)
+    left = records(tmp_path, 0, Merge)[-1].left_out
+    assert 1 in left and "behind" in left[1]
+    assert records(tmp_path, 1, Merge)[-1].participants == (0, 1)
+
+
+def test_rounds_a_step_skipped_follow_on_the_state_and_are_not_a_restart(tmp_path):
+    """With more envs than merge_every a process's rounds go 2, 4, 6: each steps from the one
+    before (the state is the pool's newest), never again from the mean."""
+    torch.manual_seed(6)
+    means = [{"w": torch.randn(3)} for _ in range(3)]
+    said = [outer_round(tmp_path, 0, [((0,), m)], r) for m, r in zip(means, (2, 4, 6))]
+    assert close(said[-1].weights, sgd_anchor(means, 0.5, 0.8))
+    assert said[0].note.startswith("the outer step started from the mean")
+    assert [s.note for s in said[1:]] == ["", ""]
 
 
 @pytest.mark.parametrize(
-    "pool, round_, merge_every",
-    [(3, 2, 50), (2, 2, 100), (2, 3, 50)],
-    ids=["another pool", "another frequency", "a round missed"],
+    "pool, merge_every, why",
+    [(3, 50, "a new merge pool"), (2, 100, "the merge frequency changed")],
+    ids=["another pool", "another frequency"],
 )
-def test_the_outer_step_starts_again_from_the_mean_without_the_round_before(
-    tmp_path, pool, round_, merge_every
-):
-    PoolOuterStep(tmp_path, pool=2)({"w": torch.zeros(3)}, 1, 50, 0.7, 0.9)
+def test_the_outer_step_starts_again_from_the_mean_and_says_why(tmp_path, pool, merge_every, why):
+    outer_round(tmp_path, 2, [((0,), {"w": torch.zeros(3)})], 1)
     mean = {"w": torch.ones(3)}
-    assert torch.equal(
-        PoolOuterStep(tmp_path, pool)(mean, round_, merge_every, 0.7, 0.9)["w"], mean["w"]
-    )
+    said = outer_round(tmp_path, pool, [((0,), mean)], 2, merge_every)
+    assert torch.equal(said.weights["w"], mean["w"]) and why in said.note
+
+
+def test_a_process_a_round_behind_takes_the_pools_anchor_and_says_so(tmp_path):
+    torch.manual_seed(7)
+    means = [{"w": torch.randn(3)} for _ in range(2)]
+    for r, mean in enumerate(means, 1):
+        outer_round(tmp_path, 0, [((0,), mean)], r)
+    late = outer_round(tmp_path, 0, [((1,), {"w": torch.randn(3)})], 1)
+    assert close(late.weights, sgd_anchor(means, 0.5, 0.8))
+    assert "a round behind the pool's outer step (round 2)" in late.note
+
+
+def test_a_locked_outer_state_leaves_the_round_to_the_mean_without_a_crash(tmp_path):
+    mean = {"w": torch.ones(2)}
+    held = DirLock(str(tmp_path / "outer.pt") + ".lock", timeout=1)
+    with held:  # another process stuck inside the lock
+        step = PoolOuterStep(tmp_path, 0, timeout_s=0.1)
+        said = step(mean, [Part((0,), mean, 1)], 1, 10, 0.7, 0.9, ["w"])
+    assert torch.equal(said.weights["w"], mean["w"]) and "stayed locked for 0.1 s" in said.note
 
 
 def test_a_damaged_outer_state_starts_again_from_the_mean(tmp_path):
     save_state(tmp_path / "outer.pt", {"pool": 0, "round": 1})  # no anchor
     mean = {"w": torch.ones(2)}
-    assert torch.equal(PoolOuterStep(tmp_path, 0)(mean, 2, 10, 0.7, 0.9)["w"], mean["w"])
+    said = outer_round(tmp_path, 0, [((0,), mean)], 2, 10)
+    assert torch.equal(said.weights["w"], mean["w"]) and "unreadable" in said.note
     (tmp_path / "outer.pt").write_bytes(b"torn")
-    assert torch.equal(PoolOuterStep(tmp_path, 0)(mean, 3, 10, 0.7, 0.9)["w"], mean["w"])
+    said = outer_round(tmp_path, 0, [((0,), mean)], 3, 10)
+    assert torch.equal(said.weights["w"], mean["w"]) and "unreadable" in said.note
 
 
 def test_the_merge_rule_knobs_refuse_what_they_cannot_do():

@@ -17,8 +17,8 @@ from workers.race.text import level_text, race_text, race_top, summary_lines
 from workers.rundir.lanes import check_layout
 from workers.rundir.records import KnobsApplied
 
-T_2 = 4.303  # Student's t, 97.5th percentile, 2 degrees of freedom (3 replicas)
-T_1 = 12.706  # and 1 (2 replicas)
+T_2 = 4.3027  # Student's t, 97.5th percentile, 2 degrees of freedom (3 replicas)
+T_1 = 12.7062  # and 1 (2 replicas)
 
 
 def race(curves, replicas, solo=(), published=None):

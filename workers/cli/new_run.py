@@ -133,12 +133,11 @@ def lanes_from_args(args: argparse.Namespace) -> list[Lane] | None:
 
 def workers_from_args(args: argparse.Namespace, lanes: list[Lane] | None, default: int) -> int:
     """The run's workers: --workers (else `default`), a control worker on top (one per
-    replica); when every lane gives its size and --workers is left out, their sum times the
-    replicas."""
+    replica); a race of --lane given without --workers takes what its lanes ask for, each lane
+    its size or one worker, times the replicas."""
     replicas = getattr(args, "replicas", None) or 1
-    sized = workers_for(lanes, replicas) if lanes else None
-    if sized is not None and args.workers is None:
-        return sized
+    if args.lane and lanes and args.workers is None:
+        return workers_for(lanes, replicas)
     base = default if args.workers is None else args.workers
     return base + (replicas if getattr(args, "control_worker", False) else 0)
 

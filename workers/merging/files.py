@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from agent.errors import WeightsError
+from workers.merging.outer import Part
 from workers.rundir.directory import DirLock, atomic_write_json, load_state, save_state
 from workers.rundir.paths import (
     MERGED,
@@ -147,6 +148,21 @@ def merged_step(run_path: str | Path, lane: int | None = None, worker: int | Non
         return -1
 
 
+def pool_base(run_path: str | Path, lane: int | None, pool: int) -> int | None:
+    """The agent step from which the slowest worker that has published in pool `pool` counts
+    its merge rounds (None: none has, or none said): a worker entering the pool late counts
+    from there, so that its rounds are the pool's in number and in time."""
+    found = []
+    for path in pool_dir(run_path, lane).glob(weights_name("*")):
+        try:
+            payload = load_state(path)
+            if int(payload.get("pool", 0)) == pool and "base" in payload:
+                found.append((int(payload.get("step", 0)), int(payload["base"])))
+        except (WeightsError, ValueError, TypeError):
+            continue
+    return min(found)[1] if found else None
+
+
 def pool_weights(
     run_path: str | Path, lane: int | None, pool: int, worker: int | None = None
 ) -> Path | None:
@@ -186,6 +202,7 @@ class FileMergeBackend:
         self.lane_workers = set(workers) if lane is not None else None
         self.down: dict[int, str] = {}  # workers not running now (members.json): not waited for
         self.stop = stop
+        self.base: int | None = None  # the agent step its publisher counts rounds from
 
     def members(self) -> list[int]:
         """The workers taking part now: members.json if the run wrote one, else those given."""
@@ -231,6 +248,8 @@ class FileMergeBackend:
             "pool": self.pool,
             "joining": joining,
         }
+        if self.base is not None:  # where its rounds are counted from (pool_base)
+            payload["base"] = int(self.base)
         if step is not None:  # the showcase labels these weights with their agent step
             payload["step"] = int(step)
         with self._lock(path):
@@ -273,14 +292,16 @@ class FileMergeBackend:
         members: tuple[int, ...] = (),
         covers: tuple[int, ...] = (),
         joining: str | None = None,
-        rule: Callable[[State], State] | None = None,
+        rule: Callable[[State, list[Part]], State] | None = None,
+        publish: bool = True,
     ) -> MergeResult | None:
         """Merge round `round_`: `state` is `worker`'s weights, or (a pack) the mean of its
         workers `members`, standing for all of `covers`. Returns the mean over every worker
         (each weighs the same, whether it came alone or in a pack). `joining`: why this
         worker's weights stay out of the mean (it joined and has not updated since); it takes
         the others' mean, or keeps its own when there is none. `rule`: the weights the pool
-        takes for the mean (an outer step), else the mean; published as the merged ones."""
+        takes for the mean and the parts it was made of (an outer step), else the mean;
+        published as the merged ones unless `publish` is False (the caller publishes)."""
         if not is_finite(state):
             return None
         self.publish(worker, round_, state, step, members, covers, joining=joining is not None)
@@ -288,6 +309,7 @@ class FileMergeBackend:
         while True:
             found: dict[int, State] = {} if joining else {worker: state}
             inside, steps = {worker: members or (worker,)}, {worker: step}
+            rounds = {worker: round_}
             left_out: dict[int, str] = {worker: joining} if joining else {}
             covered = {worker, *covers}
             for other in self.members():  # a pack's file is its lowest index: read first
@@ -306,7 +328,7 @@ class FileMergeBackend:
                     left_out[other] = "joined the pool and has made no update of its own yet"
                 else:
                     found[other], steps[other] = entry.model, entry.step
-                    inside[other] = entry.members
+                    inside[other], rounds[other] = entry.members, entry.round
             waiting = [w for w, why in left_out.items() if why.startswith(("behind", "no weights"))]
             if not waiting or time.monotonic() >= deadline:
                 break
@@ -324,7 +346,7 @@ class FileMergeBackend:
             left_out.pop(worker, None)
         merged = average_states(list(found.values()), [len(inside[w]) for w in found])
         if rule is not None:
-            merged = rule(merged)
+            merged = rule(merged, [Part(inside[w], found[w], rounds[w]) for w in found])
         result = MergeResult(
             merged=merged,
             round=round_,
@@ -335,7 +357,9 @@ class FileMergeBackend:
         )
         known = [s for s in steps.values() if s is not None]
         # The merged weights are as trained as the furthest participant.
-        self.publish_merged(round_, merged, result.participants, max(known) if known else None)
+        result.step = max(known) if known else None
+        if publish:
+            self.publish_merged(round_, merged, result.participants, result.step)
         return result
 
     def publish_merged(

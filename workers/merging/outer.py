@@ -1,25 +1,62 @@
 """The outer step's state (agent/pack/merge_rule.py) as the merge pool's: merge/[lane-L/]outer.pt.
 
-Every process of a pool computes the same mean in a round, but the outer step depends on what
-came before (its anchor and momentum): a process left out of a round, restarted or added would
-step from another anchor. So the state is kept once, for the pool, in a file: under its lock,
-the first process through a round steps the pool's state and writes it (atomically); the others
-take what it wrote. The file is the checkpoint: a resumed run, a restarted or added worker goes
-on from it.
+The outer step depends on what came before (its anchor and momentum), and a round's step must
+count every worker of the round. The processes of a pool reach a round at different times, and
+the file merge waits at most its timeout for the others: the first through may have found only
+itself (a partner evaluating, say). So the pool's file keeps, for its newest round, the state
+before that round's step and the sum of the round's weights with the workers it holds. Under the
+file's lock each process adds the workers of this round that the sum lacks (its own, and any
+round-r file it found), and the round's step is made again from the state before it with the
+fuller mean: the last worker through a round takes an anchor that counts every worker of the
+round, the late one too. (One that went on earlier took the anchor as it stood; the next round's
+outer gradient takes up the difference.) A process behind the pool by a whole round cannot add
+to a round already stepped past: it takes the pool's newest anchor, and its record says so.
 
-A round follows on the state only in the same pool, at the same merge frequency, with the round
-before: a new pool (a race, a promotion), a changed frequency or a rule turned on after rounds
-without it starts again from the mean (no stale anchor to step from).
+The file is the checkpoint: a resumed run, a restarted or added worker goes on from it. It starts
+again from the mean, and the merge record says why, in a new pool (a race, a promotion), at a
+changed frequency (rounds are counted in another unit), when damaged, and after rounds without
+the rule (workers/merging/pool_rule.py removes the file then). A lock held past the timeout
+leaves this round to the mean (said too), never a crash.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from agent.errors import WeightsError
 from agent.pack.merge_rule import OuterState, State, outer_step
 from workers.rundir.directory import DirLock, load_state, save_state
 from workers.rundir.paths import OUTER
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file's worth of a round: the mean of `workers`' weights, of merge round `round`."""
+
+    workers: tuple[int, ...]
+    state: State
+    round: int
+
+
+@dataclass
+class OuterRound:
+    """The weights the workers take this round, and what a merge record should say of it."""
+
+    weights: State
+    note: str = ""
+
+
+@dataclass
+class _Saved:
+    """The pool's file: the state before round `round`'s step and that round's sum so far."""
+
+    round: int
+    before: OuterState | None  # None: the round restarts from the mean
+    total: State
+    counted: set[int] = field(default_factory=set)
 
 
 class PoolOuterStep:
@@ -29,32 +66,113 @@ class PoolOuterStep:
         self.path, self.pool, self.timeout_s = Path(folder) / OUTER, pool, timeout_s
 
     def __call__(
-        self, mean: State, round_: int, merge_every: int, lr: float, momentum: float
-    ) -> State:
-        """The weights the pool takes in round `round_` for its `mean`."""
-        with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
-            saved = self._read(merge_every)
-            if saved is not None and saved[0] >= round_:  # this round's step is made
-                return {**mean, **saved[1].anchor}
-            state = saved[1] if saved is not None and saved[0] == round_ - 1 else None
-            merged, state = outer_step(mean, state, lr, momentum)
-            payload = {"pool": self.pool, "round": round_, "merge_every": merge_every}
-            payload.update(anchor=_cpu(state.anchor), momentum=_cpu(state.momentum))
-            save_state(self.path, payload)
-            return merged
+        self,
+        mean: State,
+        parts: list[Part],
+        round_: int,
+        merge_every: int,
+        lr: float,
+        momentum: float,
+        names: list[str],
+    ) -> OuterRound:
+        """The weights the pool takes in round `round_`, stepping `names`: `mean` is what this
+        process averaged, `parts` what it averaged (its own and the files it found)."""
+        try:
+            with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
+                return self._step(mean, parts, round_, merge_every, lr, momentum, names)
+        except TimeoutError:
+            why = f"the pool's outer state stayed locked for {self.timeout_s:g} s"
+            return OuterRound(dict(mean), f"{why}: this round took the mean")
 
-    def _read(self, merge_every: int) -> tuple[int, OuterState] | None:
-        """(round, state) of this pool at this frequency, or None (none, another's, damaged)."""
+    def _step(self, mean, parts, round_, merge_every, lr, momentum, names) -> OuterRound:
+        saved, why = self._read(merge_every)
+        note = ""
+        if saved is not None and saved.round > round_:
+            newest = _stepped(saved, lr, momentum, names)
+            behind = (
+                f"a round behind the pool's outer step (round {saved.round}): took the pool's "
+                f"anchor; this process's round {round_} is in no anchor"
+            )
+            return OuterRound({**mean, **newest.anchor}, behind)
+        if saved is None:
+            saved, note = _Saved(round_, None, {}), f"the outer step started from the mean: {why}"
+        elif saved.round < round_:  # the round before (or several a step skipped over)
+            before = _stepped(saved, lr, momentum, names)
+            saved = _Saved(round_, before, {})
+        added = False
+        for part in parts:
+            if part.round != round_ or saved.counted & set(part.workers):
+                continue  # another round's weights, or workers already in the sum
+            _add(saved.total, part.state, len(part.workers))
+            saved.counted |= set(part.workers)
+            added = True
+        if added:
+            payload = {"pool": self.pool, "round": round_, "merge_every": merge_every}
+            payload.update(
+                total=_cpu(saved.total),
+                counted=sorted(saved.counted),
+                anchor=None if saved.before is None else _cpu(saved.before.anchor),
+                momentum=None if saved.before is None else _cpu(saved.before.momentum),
+            )
+            save_state(self.path, payload)
+        full = _divided(saved)
+        if saved.before is None:
+            return OuterRound({**mean, **full}, note)
+        merged, _ = outer_step(full, saved.before, lr, momentum, names)
+        return OuterRound({**mean, **merged}, note)
+
+    def _read(self, merge_every: int) -> tuple[_Saved | None, str]:
+        """This pool's saved round at this frequency, or None and why there is none."""
         if not self.path.exists():
-            return None
+            return None, "the pool's first round under it (or the first after rounds without it)"
         try:
             payload = load_state(self.path)
             key = (int(payload["pool"]), int(payload["merge_every"]))
-            state = OuterState(dict(payload["anchor"]), dict(payload["momentum"]))
-            round_ = int(payload["round"])
-        except (WeightsError, KeyError, TypeError, ValueError):
-            return None  # damaged: the pool starts its outer step again from the mean
-        return (round_, state) if key == (self.pool, merge_every) else None
+            anchor = payload["anchor"]
+            before = None if anchor is None else OuterState(dict(anchor), dict(payload["momentum"]))
+            saved = _Saved(
+                int(payload["round"]),
+                before,
+                dict(payload["total"]),
+                {int(w) for w in payload["counted"]},
+            )
+        except (WeightsError, KeyError, TypeError, ValueError) as err:
+            return None, f"the pool's outer state was unreadable ({type(err).__name__})"
+        if key[0] != self.pool:
+            return None, f"a new merge pool ({self.pool}; the state was pool {key[0]}'s)"
+        if key[1] != merge_every:
+            return None, f"the merge frequency changed ({key[1]} -> {merge_every} steps)"
+        return saved, ""
+
+    def forget(self) -> None:
+        """Rounds without the outer step: the next round under it starts from the mean."""
+        if not self.path.exists():
+            return
+        try:
+            with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
+                self.path.unlink(missing_ok=True)
+        except TimeoutError:
+            pass  # kept: its round falls behind, and the next step starts again from the mean
+
+
+def _stepped(saved: _Saved, lr: float, momentum: float, names: list[str]) -> OuterState:
+    """The state after `saved`'s round: its step made with the mean of every worker counted."""
+    mean = _divided(saved)
+    return outer_step(mean, saved.before, lr, momentum, [k for k in names if k in mean])[1]
+
+
+def _add(total: State, state: State, count: int) -> None:
+    for name, value in state.items():
+        if value.is_floating_point():
+            value = value.detach().to("cpu", torch.float32) * count
+            if name in total:
+                total[name] += value
+            else:
+                total[name] = value
+
+
+def _divided(saved: _Saved) -> State:
+    return {k: v / len(saved.counted) for k, v in saved.total.items()}
 
 
 def _cpu(state: State) -> State:

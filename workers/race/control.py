@@ -48,7 +48,7 @@ def check_race(
                 "be the lanes' sizes times the replicas (or leave it out)",
                 "lanes",
             )
-    layout = deal_lanes(settings.merging, copies)
+    layout = deal_lanes(settings.merging, copies, replicas)
     if new_run:
         settings = dataclasses.replace(settings, lanes=layout)
     lane_of = {w: n for n, lane in enumerate(layout) for w in lane}

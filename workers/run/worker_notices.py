@@ -12,7 +12,7 @@ from pathlib import Path
 from workers.run.spawn import WorkerProcess
 from workers.rundir.directory import human_size
 from workers.rundir.paths import metrics_name
-from workers.rundir.records import KnobsRefused, Resumed, SelfCheck, parse_records
+from workers.rundir.records import KnobsRefused, Merge, Resumed, SelfCheck, parse_records
 from workers.rundir.settings import RunSettings
 from workers.training.spec import STATES
 
@@ -26,6 +26,7 @@ class WorkerNotices:
         self._scanned: dict[int, int] = {}  # bytes of each worker's records read so far
         self._refusals_told: set = set()
         self._checks_told: set[str] = set()
+        self._merge_notes_told: set[tuple[int, str]] = set()  # (round, note): once per round
         self._disk_full: set[int] = set()  # workers told of as paused for want of disk space
 
     def from_now(self) -> None:
@@ -37,7 +38,8 @@ class WorkerNotices:
     def scan_records(self) -> None:
         """Notices of what the workers recorded that the user must hear of even without a
         window: a refused knob record (once, however many workers refused it), the step each
-        worker resumed from (and a damaged checkpoint passed over), each process's fast path."""
+        worker resumed from (and a damaged checkpoint passed over), each process's fast path,
+        what a merge rule did that needs saying (the outer step started again, and why)."""
         for index in range(self._settings().workers):
             path = self.path / metrics_name(index)
             try:
@@ -59,6 +61,11 @@ class WorkerNotices:
                 elif isinstance(record, SelfCheck) and record.message not in self._checks_told:
                     self._checks_told.add(record.message)  # a pack's workers record one line
                     self._note(record.message, in_record=True)
+                elif isinstance(record, Merge) and record.note:
+                    key = (record.round, record.note)
+                    if key not in self._merge_notes_told:  # once, not once per worker
+                        self._merge_notes_told.add(key)
+                        self._note(f"worker {index}, merge round {record.round}: {record.note}")
 
     def watch_disk(self, procs: dict[int, WorkerProcess]) -> None:
         """Say when a worker pauses because a write failed for want of space, and when it

@@ -80,11 +80,10 @@ def describe_lane(lane: Lane) -> str:
     return ",".join(parts)
 
 
-def workers_for(lanes: Sequence[Lane], replicas: int = 1) -> int | None:
-    """The workers a race of `lanes`, each run `replicas` times, needs when every lane gives its
-    size (None: not all do)."""
-    sizes = [lane.size for lane in lanes]
-    return None if None in sizes else sum(sizes) * replicas
+def workers_for(lanes: Sequence[Lane], replicas: int = 1) -> int:
+    """The workers a race of `lanes`, each run `replicas` times, takes when the run's count
+    is not given: each lane its size, a lane without one a single worker."""
+    return sum(lane.size or 1 for lane in lanes) * replicas
 
 
 def replicate(lanes: Sequence[Lane], replicas: int) -> list[Lane]:
@@ -103,10 +102,12 @@ def check_replicas(replicas: object) -> None:
         )
 
 
-def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane]) -> Layout:
-    """`workers` dealt in order into `lanes`: each sized lane its size, the others an even
-    share of the rest (the first of them one more when it does not divide), so that a pack of
-    neighbours stays in one lane. ConfigError when the sizes do not fit the workers."""
+def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane], replicas: int = 1) -> Layout:
+    """`workers` dealt in order into `lanes` (`replicas` copies of each race lane in a row):
+    each sized lane its size, the others an even share of the rest (the first of them one more
+    when it does not divide), so that a pack of neighbours stays in one lane. Every copy of a
+    lane gets as many workers as the others: a rest that does not split into equal replicas is
+    refused. ConfigError when the sizes do not fit the workers."""
     if not lanes:
         raise ConfigError("a race needs at least one lane, got none", "lanes")
     sized = sum(lane.size for lane in lanes if lane.size is not None)
@@ -125,12 +126,22 @@ def deal_lanes(workers: Sequence[int], lanes: Sequence[Lane]) -> Layout:
             f"has {len(workers)}",
             "lanes",
         )
-    share, extra = divmod(left, shares) if shares else (0, 0)
+    if left % replicas:
+        raise ConfigError(
+            f"the {left} workers left for the lanes without workers= do not split into "
+            f"{replicas} equal replicas: give --workers a count that does (or each lane a "
+            "workers=)",
+            "lanes",
+        )
+    # Each race lane's share, then the same for each of its copies (they sit in a row).
+    share, extra = divmod(left // replicas, shares // replicas) if shares else (0, 0)
     layout, at = [], 0
-    for lane in lanes:
+    for n, lane in enumerate(lanes):
         take = lane.size
         if take is None:
-            take, extra = share + (extra > 0), extra - 1
+            take = share + (extra > 0)
+            if n % replicas == replicas - 1:
+                extra -= 1
         layout.append(tuple(workers[at : at + take]))
         at += take
     return tuple(layout)

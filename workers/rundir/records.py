@@ -135,6 +135,9 @@ class Merge(Record):
     left_out: dict[int, str] = field(default_factory=dict)  # worker -> why
     distances: dict[int, float] = field(default_factory=dict)  # worker -> from the mean, before
     merge_ms: float | None = None
+    # What the merge rule did that a person should know: the outer step started again from the
+    # mean (and why), a process behind the pool's step, a locked state (workers/merging/).
+    note: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

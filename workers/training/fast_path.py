@@ -1,7 +1,8 @@
 """A training process's start-up self-check: before its first agent step it checks the fast path
 it would train on against the plain path (agent/check_probe.py), falls back as the check
 decides, and records the verdict in each of its workers' metrics: a SelfCheck record, whose one
-line the command line prints and the window shows in its Log tab.
+line the command line prints and the window shows in its Log tab. bf16 turned on later in a
+process that started in float32 is checked the same way before it is used (`bf16_check`).
 
 A pack the check finds unsound (its eager version disagrees with lone agents) ends its process
 with SPLIT_PACK, and the run starts each of its workers in a process of its own
@@ -10,8 +11,9 @@ with SPLIT_PACK, and the run starts each of its workers in a process of its own
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from agent.check_probe import check_fast_path
+from agent.check_probe import check_fast_path, check_switch
 from agent.self_check import Verdict
 from workers.rundir.directory import RunDir
 from workers.rundir.records import SelfCheck
@@ -27,8 +29,26 @@ def self_check(trainer: Trainer, runs: Sequence[RunDir], who: str, can_split: bo
     path the check chose and record why in every worker's metrics. PackUnsound when no path
     agrees and the pack cannot be split."""
     verdict = check_fast_path(trainer.agent, trainer.cfg.fast_path, can_split)
+    message = _record(trainer, runs, f"{who}: {verdict.line()}", verdict)
+    if not verdict.sound and not verdict.by_hand:
+        raise PackUnsound(f"{message}; run one worker per process (a torchrun rank each)")
+    return verdict
+
+
+def bf16_check(trainer: Trainer, runs: Sequence[RunDir], who: str) -> Verdict:
+    """bf16 turned on in a process that has not checked it (it started in float32): the
+    self-check of the path it would now train on, before its next step, recorded like the
+    start-up one. The agent stays in float32 when bf16 disagrees (the verdict's path)."""
+    agent = trainer.agent
+    by_hand = agent.cfg.fast_path != "auto"
+    verdict = check_switch(agent, replace(agent.path, bf16=True), by_hand)
+    _record(trainer, runs, f"{who}: bf16 turned on; {verdict.line()}", verdict)
+    return verdict
+
+
+def _record(trainer: Trainer, runs: Sequence[RunDir], message: str, verdict: Verdict) -> str:
+    """A SelfCheck record of `verdict` in every worker's metrics; returns its line."""
     path = verdict.path
-    message = f"{who}: {verdict.line()}"
     record = SelfCheck(
         step=trainer.step,
         path="split" if path.split else path.mode,
@@ -43,6 +63,4 @@ def self_check(trainer: Trainer, runs: Sequence[RunDir], who: str, can_split: bo
     )
     for run in runs:
         run.log(record)
-    if not verdict.sound and not verdict.by_hand:
-        raise PackUnsound(f"{message}; run one worker per process (a torchrun rank each)")
-    return verdict
+    return message

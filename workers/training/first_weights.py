@@ -38,8 +38,9 @@ from workers.training.trainer import Trainer
 @dataclass(frozen=True)
 class StartState:
     """What a worker's start tells its hooks: the knob version, merge frequency and merge pool
-    its checkpoint applied last (none: the run's), and whether it joined its pool with the
-    pool's merged weights (left out of the mean until it updates)."""
+    its checkpoint applied last (none: the run's), whether it joined its pool with the pool's
+    merged weights (left out of the mean until it updates), and whether a self-check took bf16
+    away from it."""
 
     knob_version: int = -1
     merge_every: int | None = None
@@ -47,11 +48,13 @@ class StartState:
     lane: int | None = None
     pool_base: int = 0
     joined: bool = False
+    bf16_refused: bool = False  # a self-check found bf16 disagreeing here: float32 from then
 
 
 def _checkpoint_state(state: dict, joined: bool = False) -> StartState:
+    refused = bool(state.get("bf16_refused", False))
     if "merge_every" not in state:  # older checkpoints kept no merge frequency
-        return StartState(joined=joined)
+        return StartState(joined=joined, bf16_refused=refused)
     lane = state.get("lane")
     return StartState(
         int(state.get("knob_version", -1)),
@@ -60,6 +63,7 @@ def _checkpoint_state(state: dict, joined: bool = False) -> StartState:
         None if lane is None else int(lane),
         int(state.get("pool_base", 0)),
         joined,
+        refused,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from agent.errors import ConfigError, UserError
 from agent.knobs import KnobValues, knob_text
 from agent.pack.merge_rule import collective_refusal
+from agent.self_check import Verdict
 from workers.rundir.directory import save_checkpoint, state_bytes
 from workers.rundir.knob_record import KnobStore, run_knobs, validate_record
 from workers.rundir.lanes import check_layout
@@ -36,6 +37,7 @@ from workers.rundir.records import (
 )
 from workers.rundir.settings import read_record
 from workers.training.disk_guard import DiskGuard
+from workers.training.fast_path import bf16_check
 from workers.training.first_weights import StartState
 from workers.training.merge_rounds import MergeRounds
 from workers.training.rank_sync import rank0_knob_record, rejoin_job
@@ -63,11 +65,12 @@ class WorkerHooks:
         terminated: Any = None,
         start: StartState | None = None,
         started: float | None = None,
+        checked: Verdict | None = None,
     ):
         """`pause`, `stop`: the run's events; `terminated`: set when this process was sent
         SIGTERM. `start`: how these workers started (the knobs and pool their checkpoints
         applied last; whether they joined with the pool's weights). `started`: time.time()
-        when the process started."""
+        when the process started. `checked`: its start-up self-check's verdict."""
         specs = [link.spec for link in links]
         spec = specs[0]  # run-wide fields are the same in every worker's spec
         self.links, self.specs, self.spec, self.trainer = links, specs, spec, trainer
@@ -77,16 +80,21 @@ class WorkerHooks:
         self.stop_events = tuple(e for e in (stop, *leaves, terminated) if e is not None)
         self.parent = os.getppid()
         self.disk = DiskGuard(spec.index, spec.run_path, self.set, trainer.log_all, self._stop_now)
-        # The start-up self-check found bf16 disagreeing with float32 here (its self_check
-        # record says so): this process computes in float32 whatever the bf16 knob asks.
-        self.float32_only = bool(spec.cfg.get("bf16")) and not trainer.agent.cfg.bf16
+        start = start or StartState()
+        # A self-check found bf16 disagreeing with float32 here (its self_check record says
+        # so), now or before a resume (the checkpoint keeps it): these workers compute in
+        # float32 whatever the bf16 knob asks. bf16 turned on where no check has compared it
+        # (the process started in float32) is checked first (apply_knobs).
+        tried = checked.trials if checked is not None else ()
+        dropped = any(t.path.bf16 for t in tried) and not checked.path.bf16
+        self.float32_only = start.bf16_refused or dropped
+        self.bf16_checked = any(t.path.bf16 and t.outcome == "agrees" for t in tried)
         for member in trainer.members:
             member.run_dir.on_write_error = self.disk.wait_for_disk
         self.started, self.first_update_s = started or time.time(), None
         self.knobs = KnobStore(spec.run_path)
         # The run's own values, never a code default: those this worker applied last (its
         # checkpoint), else the run's; the newest good knob record goes over them below.
-        start = start or StartState()
         self.knob_version = start.knob_version
         self.merge_every = start.merge_every or spec.merge_every
         if spec.distributed and spec.resume:
@@ -165,6 +173,8 @@ class WorkerHooks:
             self.knob_version = version
             return
         values = record.values_for(self.spec.index)
+        if values["bf16"] and not (self.float32_only or self.bf16_checked):
+            self._check_bf16()
         if self.float32_only and values["bf16"]:
             values = KnobValues({**values, "bf16": False})
         self.trainer.agent.set_knobs(values)  # checked: the agent takes them as they are
@@ -180,6 +190,18 @@ class WorkerHooks:
             KnobsApplied(step=self.trainer.step, version=version, values=dict(values), lane=lane)
         )
         self.set(knob_version=version)
+
+    def _check_bf16(self) -> None:
+        """The self-check of bf16 on this process's path, before bf16 is first used here."""
+        trainer = self.trainer
+        if trainer.agent.device.type != "cpu":
+            return  # a CPU knob: validate_knobs refuses it on CUDA
+        names = ", ".join(str(sp.index) for sp in self.specs)
+        who = f"worker {names}" if len(self.specs) == 1 else f"workers {names} (a pack)"
+        runs = [member.run_dir for member in trainer.members]
+        verdict = bf16_check(trainer, runs, who)
+        self.bf16_checked = True
+        self.float32_only = not verdict.path.bf16
 
     def _fits_run(self, record: KnobRecord) -> None:
         """ConfigError unless the record's lanes fit the run's workers as run.json has them
@@ -228,6 +250,7 @@ class WorkerHooks:
             path.parent.mkdir(exist_ok=True)
             state = self.trainer.state_dict(k)  # its "knobs": the agent's values in force
             state.update(knob_version=self.knob_version, merge_every=self.merge_every)
+            state.update(bf16_refused=self.float32_only)  # a check's drop survives a resume
             if self.rounds is not None:
                 state.update(self.rounds.pool_state())
             data = state_bytes(state)

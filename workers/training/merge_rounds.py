@@ -13,10 +13,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from agent.pack.merge_rule import MergeRule
+from agent.pack.merge_rule import MergeRule, State, taken
 from workers.merging.collective import DistributedMergeBackend
-from workers.merging.files import FileMergeBackend, MergeCancelled, pool_weights
-from workers.merging.outer import PoolOuterStep
+from workers.merging.files import FileMergeBackend, MergeCancelled, pool_base, pool_weights
+from workers.merging.outer import OuterRound, Part, PoolOuterStep
+from workers.merging.pool_rule import PoolRule
 from workers.rundir.directory import load_state, save_state
 from workers.rundir.paths import promoted_path
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
@@ -58,6 +59,7 @@ class MergeRounds:
         # The merge pool (the knob version that formed it, the lane) and the agent step at
         # which these workers entered it: merge rounds are counted from there.
         self.pool, self.lane, self.pool_base = start.pool, start.lane, start.pool_base
+        self.backend.base = self.pool_base
         # Whether the lane these workers are in never merges (merge=off): each round they only
         # publish their own weights (the showcase's, a promotion's), and average nothing.
         self.solo = False
@@ -73,8 +75,9 @@ class MergeRounds:
     def follow(self, record: KnobRecord) -> bool:
         """Follow the knob record's layout; True when these workers entered a new pool (a race's
         start, a promotion) at this step. A race's lanes all start from the weights the run
-        merged last; after a promotion with weights every worker takes the winner's. (A
-        torchrun job does not race: its ranks keep their one pool.)"""
+        merged last; after a promotion with weights every worker takes the winner's; a pool
+        that has merged since takes its newest merged weights. (A torchrun job does not race:
+        its ranks keep their one pool.)"""
         spec = self.specs[0]
         if spec.distributed:
             return False
@@ -86,16 +89,27 @@ class MergeRounds:
             if lane is not None:  # workers added to the lane, or taken out
                 self.backend.lane_workers = set(workers)
             return False
+        newest = None
         if record.pool > self.pool:
+            # A pool that has merged since it formed has weights newer than those it began
+            # with: a worker coming to it late (added, restarted, resumed) takes them.
+            newest = record.merges(lane) and pool_weights(spec.run_path, lane, record.pool)
+            if newest:
+                self._take(newest)
             # Files of the pool being left only: an older race's stay in the same folders.
-            if record.lanes:
+            elif record.lanes:
                 self._take(pool_weights(spec.run_path, self.lane, self.pool))
             elif record.promoted_lane is not None:
                 self._take(self._promoted(record))
-        self.pool, self.lane, self.pool_base = record.pool, lane, self.trainer.step
+        base = pool_base(spec.run_path, lane, record.pool) if newest else None
+        # Rounds count from this step, or in a pool that has merged, as its slowest worker's
+        # do (this one starts at that worker's step): the same rounds, at the same time.
+        self.pool, self.lane = record.pool, lane
+        self.pool_base = self.trainer.step if base is None else base
         self.backend = FileMergeBackend(
             spec.run_path, list(workers), spec.merge_timeout_s, self.stopping, lane, record.pool
         )
+        self.backend.base = self.pool_base
         return True
 
     def _promoted(self, record: KnobRecord) -> Path | None:
@@ -134,12 +148,22 @@ class MergeRounds:
                 return  # non-finite: the others' file, or the lane's last merged, stands
             state, good, _ = pack
             state = {k: v.detach().cpu() for k, v in state.items()}
+            rule = MergeRule.of(agent.cfg)
+            # With the policy kept, the lane's weights are its lowest finite worker's as
+            # that worker would hold them after this round: its own policy, never an average.
+            source = None if rule.policy else agent.model_state(good[0])
             if [w for w in self.backend.members() if w not in own]:
                 members = tuple(self.specs[k].index for k in good)
                 try:
                     result = self._guarded(
                         lambda: self.backend.merge(
-                            min(own), PROMOTION_ROUND, state, t.step, members, tuple(own)
+                            min(own),
+                            PROMOTION_ROUND,
+                            state,
+                            t.step,
+                            members,
+                            tuple(own),
+                            publish=False,  # promoted.pt holds it; the lane's last stays
                         )
                     )
                 except MergeCancelled:
@@ -147,6 +171,8 @@ class MergeRounds:
                 if result is None:
                     return
                 state = result.merged
+            if source is not None:
+                state = taken(source, state, rule)
         payload = {"model": {k: v.detach().cpu() for k, v in state.items()}, "step": t.step}
         payload["pool"] = record.pool
         self._guarded(lambda: save_state(path, payload))
@@ -177,19 +203,10 @@ class MergeRounds:
         """A merge round: a pack averages its merging workers on the device; with workers in
         other processes that mean (weighing as many workers as it holds) goes through the
         file backend. A worker with non-finite weights is left out and reset from the mean.
-        The merge rule (agent/pack/merge_rule.py, the config's) says what the workers take from
-        the mean: the outer step's state is the pool's (`merge_every`: rounds follow on it
-        only at one frequency)."""
+        The merge rule (agent/pack/merge_rule.py) says what the workers take from the mean:
+        the pool's for this round (workers/merging/pool_rule.py), whose outer step state is
+        the pool's too (`merge_every`: rounds follow on it only at one frequency)."""
         t, agent = self.trainer, self.trainer.agent
-        rule = MergeRule.of(agent.cfg)
-        outer = None
-        if rule.outer and self.collective is None:  # a torchrun job refuses the knobs
-            step = PoolOuterStep(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
-            lr, mu = rule.outer_lr, rule.outer_momentum
-
-            def outer(mean):
-                return self._guarded(lambda: step(mean, round_, merge_every, lr, mu))
-
         own = [self.specs[k].index for k in self.merging]
         if self.solo:
             for k, index in zip(self.merging, own):
@@ -205,6 +222,26 @@ class MergeRounds:
             reason = "own weights are not finite"
             self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
             return
+        files = self.collective is None and bool(others or self.backend.down)
+        rule, notes = MergeRule.of(agent.cfg), []
+        if files:  # processes of one pool merge a round under one rule
+            rule, said = self._guarded(lambda: self._pool_rule().for_round(round_, rule))
+            notes += [said] if said else []
+        outer = None
+        if rule.outer and self.collective is None:  # a torchrun job refuses the knobs
+            step = PoolOuterStep(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
+
+            def outer(mean: State, parts: list[Part]) -> State:
+                names = rule.stepped(mean)
+                lr, mu = rule.outer_lr, rule.outer_momentum
+                done: OuterRound = self._guarded(
+                    lambda: step(mean, parts, round_, merge_every, lr, mu, names)
+                )
+                notes.extend([done.note] if done.note else [])
+                return done.weights
+
+        elif files:  # rounds without the outer step: the next under it starts from the mean
+            PoolOuterStep(self.backend.dir, self.pool, self.specs[0].merge_timeout_s).forget()
         if pack is None:  # every rank takes part in the collective: this one with nothing
             shapes = agent.model_state(self.merging[0])
             mean = {k: v for k, v in shapes.items() if v.is_floating_point()}
@@ -213,19 +250,14 @@ class MergeRounds:
             mean, good, bad = pack
         participants = [index_of[k] for k in good]
         left_out = {index_of[k]: why for k, why in bad.items()}
+        step_of = t.step
         if self.collective is not None:
             result = self.collective.merge(round_, mean, tuple(participants), t.step)
             merged, participants = result.merged, result.participants
             left_out.update(result.left_out)
             others_distances = {w: d for w, d in result.distances.items() if w not in own}
-            if dist.get_rank() == 0:
-                published = {k: v.detach().cpu() for k, v in merged.items()}
-                self._guarded(
-                    lambda: self.backend.publish_merged(
-                        round_, published, participants, result.step
-                    )
-                )
-        elif others or self.backend.down:
+            step_of = result.step
+        elif files:
             state = {k: v.detach().cpu() for k, v in mean.items()}
             try:
                 result = self._guarded(
@@ -238,6 +270,7 @@ class MergeRounds:
                         tuple(own),
                         joining=self.joining(),
                         rule=outer,
+                        publish=False,
                     )
                 )
             except MergeCancelled:
@@ -247,17 +280,20 @@ class MergeRounds:
             merged, participants = result.merged, result.participants
             left_out.update(result.left_out)
             others_distances = {w: d for w, d in result.distances.items() if w not in own}
+            step_of = result.step
         else:
             others_distances = {}
-            # Every merging worker is here: no files to wait for. The merged weights are
-            # still published, for the showcase and for a worker added later.
-            merged = mean if outer is None else outer(mean)
-            published = {k: v.detach().cpu() for k, v in merged.items()}
-            self._guarded(
-                lambda: self.backend.publish_merged(round_, published, participants, t.step)
-            )
+            # Every merging worker is here: no files to wait for.
+            part = Part(tuple(participants), mean, round_)
+            merged = mean if outer is None else outer(mean, [part])
         kept = rule.kept(list(merged))
         own_distances = agent.assign(merged, self.merging, list(bad), rule.pull, kept)
+        published = self._published(merged, rule, good, list(bad))
+        if self.collective is None or dist.get_rank() == 0:
+            # The merged weights are published for the showcase and for a worker added later.
+            self._guarded(
+                lambda: self.backend.publish_merged(round_, published, participants, step_of)
+            )
         distances = {**others_distances, **{index_of[k]: d for k, d in own_distances.items()}}
         if len(participants) + len(left_out) > 1:  # a merge of one alone is no merge
             self.merges += 1
@@ -268,9 +304,27 @@ class MergeRounds:
                 left_out=dict(left_out),
                 distances={w: round(d, 6) for w, d in sorted(distances.items())},
                 merge_ms=round((time.perf_counter() - start) * 1000, 2),
+                note="; ".join(notes),
             )
             self._log_merging(merge)
         self.set(merges=self.merges)
+
+    def _pool_rule(self) -> PoolRule:
+        return PoolRule(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
+
+    def _published(self, merged: State, rule: MergeRule, good: list[int], bad: list[int]) -> State:
+        """What the pool publishes (merged.pt): the merged weights, or with the policy kept
+        a worker's weights as it holds them now (the lowest of this process's finite ones:
+        its own policy with the world model it trained it with) for every consumer: the
+        showcase, a worker added or restarted, a race's start, a promotion. A worker reset
+        here for non-finite weights takes them too."""
+        agent = self.trainer.agent
+        if rule.policy or not good:
+            return {k: v.detach().cpu() for k, v in merged.items()}
+        source = {k: v.detach().cpu().clone() for k, v in agent.model_state(good[0]).items()}
+        if bad:
+            agent.load_model_state(source, bad)
+        return source
 
     def _log_merging(self, record: Record) -> None:
         """A record for the workers that merge (a control worker in the pack does not)."""

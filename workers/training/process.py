@@ -103,7 +103,9 @@ def worker_main(links: list[WorkerLink], pause: Any, stop: Any) -> None:
         if verdict.path.split:  # the run starts each worker in a process of its own
             trainer.env.close()
             raise SystemExit(SPLIT_PACK)
-        hooks = WorkerHooks(links, trainer, pause, stop, terminated, start=start, started=started)
+        hooks = WorkerHooks(
+            links, trainer, pause, stop, terminated, start=start, started=started, checked=verdict
+        )
         summary = trainer.run(hooks)
         hooks.checkpoint()
         set_state("stopped" if summary["interrupted"] else "done")
