@@ -144,8 +144,7 @@ class PackState:
         if self.step_offset is None:
             self.step_offset = torch.zeros(self.pack, device=self.device)
         self.step_offset[workers] = pack_steps
-        betas = [b for optim in optims for group in optim.param_groups for b in group["betas"]]
-        self.offset_updates = math.ceil(math.log(SETTLED) / math.log(max(betas)))
+        self.offset_updates = _settle_updates(self)
 
     @torch.no_grad()
     def offset_adam_step(self, optim: torch.optim.Optimizer) -> None:
@@ -214,16 +213,41 @@ class PackState:
         theirs = self.checked_model_state(state.get("model", {}))
         self.load_model_state(theirs, [worker])
         if not weights_only:
-            if self.step_offset is not None:  # its step count is the pack's (the loaded one's)
-                self.step_offset[worker] = 0
-                if not self.step_offset.any():
-                    self.step_offset = None
+            before = self._adam_steps()
             for optim, saved in ((self.optim, state["optim"]), (self.pi_optim, state["pi_optim"])):
                 _load_optim_slice(optim, worker, saved)
                 if self.compiled:  # new state tensors: static again for the CUDA graphs
                     init_adam_state(optim)
+            self._keep_own_steps(worker, before, _saved_steps(state["optim"]))
             if "noise" in state:
                 self.noise.set_state(worker, state["noise"])
+
+    def _adam_steps(self) -> float:
+        """The pack's Adam step count (0: no step yet)."""
+        states = [st for optim in (self.optim, self.pi_optim) for st in optim.state.values() if st]
+        return float(states[0]["step"]) if states else 0.0
+
+    def _keep_own_steps(self, worker: int, before: float, own: float | None) -> None:
+        """After `worker` took a saved Adam state of `own` steps (None: none saved): the pack
+        counts its furthest worker's steps, so each worker whose own count is below it keeps
+        that count as an offset (step_offset), as a worker reset alone does. Without this a
+        worker reset before a checkpoint would resume under the pack's bias correction (3.2x
+        too large a step 100 updates after its reset)."""
+        if self.pack == 1 or own is None:
+            return
+        after = self._adam_steps()
+        offset = torch.zeros(self.pack, device=self.device)
+        if self.step_offset is not None:
+            offset += self.step_offset
+        offset += after - before  # the others' own counts stay what they were
+        offset[worker] = after - own
+        offset.clamp_(min=0)
+        owns = [after - float(o) for o in offset if o > 0]
+        left = _settle_updates(self) - min(owns, default=math.inf)
+        if left <= 0:  # every offset worker is past where the counts change a step
+            self.step_offset, self.offset_updates = None, 0
+            return
+        self.step_offset, self.offset_updates = offset, math.ceil(left)
 
     def _offset(self, worker: int) -> float:
         return 0.0 if self.step_offset is None else float(self.step_offset[worker])
@@ -251,6 +275,19 @@ class PackState:
                 raise WeightsError(f"weights contain non-finite values in {name}")
             fitted[name] = value
         return fitted
+
+
+def _settle_updates(pack: PackState) -> int:
+    """Updates after which a worker's own Adam count no longer changes its step (SETTLED)."""
+    optims = (pack.optim, pack.pi_optim)
+    betas = [b for optim in optims for group in optim.param_groups for b in group["betas"]]
+    return math.ceil(math.log(SETTLED) / math.log(max(betas)))
+
+
+def _saved_steps(saved: dict) -> float | None:
+    """The Adam step count of a saved optimiser slice (None: it holds no state)."""
+    entries = [e for e in saved.get("state", {}).values() if "step" in e]
+    return float(entries[0]["step"]) if entries else None
 
 
 def _adam_move(m: torch.Tensor, v: torch.Tensor, group: dict, steps: torch.Tensor) -> torch.Tensor:
@@ -290,7 +327,7 @@ def _load_optim_slice(optim: torch.optim.Optimizer, worker: int, theirs: dict) -
         )
         # Adam's step is one per stacked tensor: a pack counts the furthest worker's steps
         # (the bias correction is ~1 after a few thousand either way).
-        step = entry["step"].cpu().float()
+        step = entry["step"].cpu().float().clone()  # not the saved tensor: Adam bumps it
         own["step"] = step if param.shape[0] == 1 else torch.maximum(own["step"].cpu(), step)
         for key in ("exp_avg", "exp_avg_sq"):
             moment = own[key].clone()

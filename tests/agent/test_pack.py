@@ -372,3 +372,39 @@ def test_a_reset_worker_steps_as_a_new_adam(pack, monkeypatch):
     assert _adam_steps(agent, reset) == {updates}  # saved as a lone agent's own count
     for k in range(reset):
         assert _adam_steps(agent, k) == {5 + updates}
+
+
+def test_a_pack_resumed_from_checkpoints_keeps_a_reset_workers_own_adam_count(monkeypatch):
+    """A worker reset alone 2 updates before its pack was checkpointed resumes (each worker
+    loaded from its own state, in either order) stepping as its own Adam: as a lone agent
+    resumed from its checkpoint steps. Under the pack's count its bias correction would be
+    the pack's (3.2x too large a step 100 updates after a reset, at the pack's thousands)."""
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)
+    cfg = _cfg()
+    agent = _trained_pack(cfg, SEEDS[:2], updates=5)
+    with torch.no_grad():
+        agent.model.dynamics.layers[0].weight[1, 0, 0] = float("nan")
+    agent.merge_workers(range(2))  # worker 1 left out and reset: its own count from here
+    agent.update(_stack([_batch(cfg, 60 + k) for k in range(2)]))
+    agent.update(_stack([_batch(cfg, 70 + k) for k in range(2)]))
+    saved = [agent.state_dict(k) for k in range(2)]
+    assert [_adam_steps(agent, k) for k in range(2)] == [{7.0}, {2.0}]
+    for order in ((0, 1), (1, 0)):
+        resumed = TDMPC2(cfg, OBS, ACT, seeds=SEEDS[:2])
+        for k in order:
+            resumed.load_state_dict(saved[k], worker=k)
+        lone = [TDMPC2(dataclasses.replace(cfg, seed=SEEDS[k]), OBS, ACT) for k in range(2)]
+        for k in range(2):
+            lone[k].load_state_dict(saved[k])
+            resumed.noise.set_state(k, lone[k].noise.get_state(0))
+        for step in range(2):
+            batches = [_batch(cfg, 80 + 10 * step + k) for k in range(2)]
+            before = [_floats(resumed.model_state(k)) for k in range(2)]
+            resumed.update(_stack(batches))
+            for k in range(2):
+                lone[k].update(batches[k])
+                for name, value in lone[k].model_state(0).items():
+                    moved = resumed.model_state(k)[name] - before[k][name]
+                    expected = value - before[k][name]
+                    assert torch.allclose(moved, expected, rtol=1e-4, atol=1e-6), (order, k, name)
+        assert [_adam_steps(resumed, k) for k in range(2)] == [{9.0}, {4.0}]
