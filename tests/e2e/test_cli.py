@@ -77,6 +77,11 @@ BAD_INPUT = [
         ["times 2 replicas 6, and the run has 5", "--workers must be"],
     ),
     (
+        ["--workers", "5", "--lane=iterations=1", "--lane=iterations=2", "--replicas", "2"],
+        ["5 workers left for the lanes without workers=", "2 equal replicas"],
+    ),
+    (["--merge-pull", "0.5", "--outer-lr", "0.7"], ["merge_pull 0.5 does not go with the outer"]),
+    (
         ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
         ["device"],
     ),

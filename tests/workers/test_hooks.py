@@ -11,6 +11,8 @@ import torch
 from conftest import tiny_config, wait_until
 from helpers.process_fakes import FakeTrainer, hooks_process, make_run, records, run_steps
 
+import workers.training.fast_path as fast_path
+from agent.self_check import Trial, Verdict
 from workers.merging.files import write_members
 from workers.rundir.directory import load_state
 from workers.rundir.knob_record import KnobStore, run_knobs
@@ -22,9 +24,10 @@ from workers.rundir.records import (
     Merge,
     Pause,
     Resume,
+    SelfCheck,
 )
 from workers.rundir.settings import RunSettings
-from workers.training.first_weights import StartState
+from workers.training.first_weights import StartState, _checkpoint_state
 from workers.training.spec import STATES
 from workers.training.stop_training import StopTraining
 
@@ -219,3 +222,59 @@ def test_a_stop_ends_a_pause(tmp_path):
     p.stop.set()
     worker.join(timeout=30)
     assert ended == ["stopped"]
+
+
+def test_bf16_turned_on_mid_run_is_self_checked_first_and_recorded_once(tmp_path):
+    """A process that started in float32 (its start-up check never compared bf16) is given
+    bf16 by a knob: before its next step it checks bf16 on its path against the plain path,
+    records the verdict as the start-up check does, and computes in bf16 once it agrees. Off
+    and on again, no second check."""
+    make_run(tmp_path, CFG, RunSettings(workers=1, merge_every=10))
+    p = process(tmp_path)
+    steps(p, 2)
+    assert not p.trainer.agent.cfg.bf16 and records(tmp_path, 0, SelfCheck) == []
+    KnobStore(tmp_path).set(CFG, bf16=True)
+    steps(p, 3)
+    (check,) = records(tmp_path, 0, SelfCheck)
+    assert check.step == 3 and check.bf16 and check.sound
+    assert check.trials[0].startswith("eager bf16 agrees with the plain path")
+    assert check.message.startswith("worker 0: bf16 turned on; fast path: eager, bf16")
+    assert p.trainer.agent.cfg.bf16 and records(tmp_path, 0, KnobsApplied)[-1].values["bf16"]
+    KnobStore(tmp_path).set(CFG, bf16=False)
+    steps(p, 4)
+    KnobStore(tmp_path).set(CFG, bf16=True)
+    steps(p, 5)
+    assert len(records(tmp_path, 0, SelfCheck)) == 1 and p.trainer.agent.cfg.bf16
+
+
+def test_a_checks_drop_of_bf16_survives_a_resume_and_any_knob_record(tmp_path, monkeypatch):
+    """The mid-run check finds bf16 disagreeing here: the process stays in float32 (and says
+    so in the values it applies), its checkpoint keeps the drop, and the process resumed from
+    it stays in float32 when a later knob record asks for bf16 again, without checking again."""
+    make_run(tmp_path, CFG, RunSettings(workers=1, merge_every=10))
+    p = process(tmp_path)
+
+    def disagrees(agent, path, by_hand=False):
+        trials = (Trial(path, "disagrees", "pi_loss of worker 0: 2 against 1"),)
+        return Verdict(agent.path, (*trials, Trial(agent.path, "plain")))
+
+    monkeypatch.setattr(fast_path, "check_switch", disagrees)
+    KnobStore(tmp_path).set(CFG, bf16=True)
+    steps(p, 2)
+    (check,) = records(tmp_path, 0, SelfCheck)
+    assert not check.bf16 and "eager bf16 disagrees" in check.trials[0]
+    assert not p.trainer.agent.cfg.bf16
+    assert records(tmp_path, 0, KnobsApplied)[-1].values["bf16"] is False
+    p.hooks.checkpoint()
+    saved = load_state(tmp_path / "checkpoints" / "worker-0.pt")
+    assert saved["bf16_refused"] is True
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(fast_path, "check_switch", never)
+    resumed = process(tmp_path, start=_checkpoint_state(saved))
+    KnobStore(tmp_path).set(CFG, horizon=2)  # a later record, bf16 still on in it
+    steps(resumed, 4)
+    assert not resumed.trainer.agent.cfg.bf16 and resumed.trainer.agent.cfg.horizon == 2
+    assert records(tmp_path, 0, KnobsApplied)[-1].values["bf16"] is False

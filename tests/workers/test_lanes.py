@@ -14,10 +14,18 @@ from conftest import tiny_run as tiny
 
 from agent.errors import ConfigError
 from workers.merging.files import FileMergeBackend, write_members
+from workers.race.control import check_race
 from workers.race.table import RaceTracker
 from workers.run.owner import Run, RunSettings
 from workers.rundir.knob_record import KnobStore
-from workers.rundir.lanes import Lane, check_layout, deal_lanes, describe_lane, parse_lane
+from workers.rundir.lanes import (
+    Lane,
+    check_layout,
+    deal_lanes,
+    describe_lane,
+    parse_lane,
+    replicate,
+)
 from workers.rundir.records import KnobsApplied, KnobsRefused, Merge, StartedFromMerged
 from workers.showcase.shown_weights import lane_source, weights_file
 
@@ -413,3 +421,17 @@ def test_a_killed_worker_of_a_lane_that_never_merges_restarts_from_its_own_weigh
     published = torch.load(own, weights_only=True)["step"]
     assert started.lane == 1 and started.step >= 90 and started.step <= published
     assert not events(run, Merge, 1)
+
+
+def test_replicas_of_lanes_without_a_size_are_equal_or_refused():
+    """--workers 5 --lane A --lane B --replicas 2 gave lane 0 replicas of 2 and 1 workers
+    silently; the rest is now split alike in every replica, or refused in one line."""
+    copies = replicate([Lane(), Lane()], 2)
+    assert deal_lanes(range(6), copies, 2) == ((0, 1), (2, 3), (4,), (5,))
+    assert deal_lanes(range(8), copies, 2) == ((0, 1), (2, 3), (4, 5), (6, 7))
+    with pytest.raises(ConfigError, match="5 workers left .* do not split into 2 equal"):
+        deal_lanes(range(5), copies, 2)
+    sized = replicate([Lane(size=1), Lane()], 3)
+    assert deal_lanes(range(9), sized, 3) == ((0,), (1,), (2,), (3, 4), (5, 6), (7, 8))
+    with pytest.raises(ConfigError, match="do not split into 2 equal replicas"):
+        check_race(RunSettings(workers=5), [Lane(), Lane()], 2)

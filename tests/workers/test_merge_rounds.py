@@ -10,9 +10,10 @@ from conftest import tiny_config
 from helpers.process_fakes import FakeTrainer, link, make_run, records, worker_spec
 
 from workers.merging.files import FileMergeBackend, write_members
-from workers.rundir.directory import load_state
+from workers.rundir.directory import load_state, save_state
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import Lane
+from workers.rundir.paths import promoted_path
 from workers.rundir.records import Merge, MergeSkipped, MergeStopped
 from workers.rundir.settings import RunSettings
 from workers.training.first_weights import StartState
@@ -288,3 +289,26 @@ def test_a_stop_while_the_winners_last_round_waits_leaves_the_promotion_without_
     assert rounds.follow(store.read_record())
     assert same(trainer.weights(0), own)
     assert not (tmp_path / "merge" / f"promoted-{version}.pt").exists()
+
+
+def test_a_worker_coming_after_a_promotion_and_a_merge_takes_the_pools_newest_weights(tmp_path):
+    """A worker restarted (or resumed) from a checkpoint of the race after the promotion's pool
+    has merged: it takes that pool's newest merged weights, not the promotion's (older by a
+    merge), and counts its rounds as the pool's slowest worker does (the step it starts at),
+    so that its rounds are the pool's in number and in time."""
+    layout = ((0,), (1,))
+    make_run(tmp_path, CFG, RunSettings(workers=2), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    late, trainer, _ = rounds_of(tmp_path, [1], (0, 1), start=StartState(lane=1))
+    own = trainer.weights(0)
+    version = store.promote(CFG, 0)
+    promoted = {"model": shifted(own, 1.0), "step": 100, "pool": version}
+    save_state(promoted_path(tmp_path, version), promoted)
+    pool = FileMergeBackend(tmp_path, [0, 1], pool=version)
+    pool.base = 95  # worker 0 entered the pool at step 95 and merged round 3 at 155
+    pool.publish(0, 3, shifted(own, 2.0), 155)
+    pool.publish_merged(3, shifted(own, 2.0), [0], 155)
+    trainer.step = 155
+    assert late.follow(store.read_record())
+    assert same(trainer.weights(0), shifted(own, 2.0))
+    assert late.pool_state() == {"pool": version, "lane": None, "pool_base": 95}

@@ -5,14 +5,16 @@ The outer step's state is the pool's (workers/merging/outer.py): it survives a n
 a rule changed mid-run takes effect at the next merge in every worker of its lane."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
 from conftest import tiny_config
 from helpers.process_fakes import FakeTrainer, hooks_process, make_run, records, run_steps
 
+from agent.errors import ConfigError
 from agent.knobs import knobs
-from agent.pack.merge_rule import collective_refusal
+from agent.pack.merge_rule import MergeRule, collective_refusal, taken
 from workers.merging.outer import Part, PoolOuterStep
 from workers.remote.connected import wanted
 from workers.rundir.directory import DirLock, load_state, save_state
@@ -278,3 +280,111 @@ def test_the_merge_rule_knobs_refuse_what_they_cannot_do():
         validate_knobs(dataclasses.replace(CFG, device="cuda"), values)
     # A connected window never fetches a pool's outer state (twice a model, for workers only).
     assert not wanted("merge/lane-0/outer.pt", -1, True) and wanted("merge/merged.pt", -1, True)
+
+
+RULES = [
+    (pull, lr, mu, policy)
+    for pull in (0.001, 0.5, 1.0)
+    for lr in (0.01, 1.0, 2.0)
+    for mu in (0.0, 0.9, 0.99)
+    for policy in (True, False)
+]
+
+
+@pytest.mark.parametrize("pull, lr, mu, policy", RULES)
+def test_the_q_scale_stays_a_spread_of_at_least_1_under_every_rule(tmp_path, pull, lr, mu, policy):
+    """Every combination of the rule's knobs at their ranges' ends and middles, over rounds in
+    which the workers' Q scales fall (an outer step of lr 2 or with momentum would carry the
+    scale below 1, or negative): each worker's scale after a merge lies between its own and
+    the others' (at least 1, as the scale's own clamp keeps it). A pull with the outer step is
+    refused instead."""
+    cfg = dataclasses.replace(CFG, merge_policy=policy)
+    if pull != 1.0 and (lr != 1.0 or mu != 0.0):
+        with pytest.raises(ConfigError, match="does not go with the outer step"):
+            dataclasses.replace(cfg, merge_pull=pull, outer_lr=lr, outer_momentum=mu)
+        return
+    cfg = dataclasses.replace(cfg, merge_pull=pull, outer_lr=lr, outer_momentum=mu)
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    rule = MergeRule.of(cfg)
+    step = PoolOuterStep(folder, pool=0)
+    torch.manual_seed(8)
+    own = [{"w": torch.randn(3), "q_scale": torch.tensor(s)} for s in (40.0, 30.0)]
+    for round_ in range(1, 6):
+        for k, state in enumerate(own):  # each trains on: its scale falls toward 1
+            scale = 1 + (state["q_scale"] - 1) * 0.3 * (k + 1)
+            own[k] = {"w": state["w"] + torch.randn(3), "q_scale": scale}
+        mean = {n: (own[0][n] + own[1][n]) / 2 for n in own[0]}
+        target = mean
+        if rule.outer:
+            parts = [Part((k,), state, round_) for k, state in enumerate(own)]
+            target = step(mean, parts, round_, 10, lr, mu, rule.stepped(mean)).weights
+        for k in range(2):
+            after = taken(own[k], target, rule)["q_scale"]
+            low, high = sorted(float(s["q_scale"]) for s in own)
+            assert 1.0 <= low - 1e-6 <= float(after) <= high + 1e-6, (round_, k)
+        own = [taken(state, target, rule) for state in own]
+
+
+def test_an_outer_step_that_would_carry_the_q_scale_negative_leaves_it_the_mean(tmp_path):
+    """Through a process's real merge rounds, lr 2 and momentum 0.99 (the ranges' ends): the
+    Q scale falling from 30 to 5 would be stepped to 2m - a = -20; it is the mean, 5."""
+    cfg = dataclasses.replace(CFG, outer_lr=2.0, outer_momentum=0.99)
+    p = pack(tmp_path, cfg)
+    for until, scale in ((10, 30.0), (20, 5.0)):
+        for k in (0, 1):
+            weights = p.trainer.weights(k)
+            p.trainer.set_weights(k, {**weights, "q_scale": torch.tensor(scale)})
+        run_steps(p, until)
+        assert [float(p.trainer.weights(k)["q_scale"]) for k in (0, 1)] == [scale, scale]
+
+
+def test_with_the_policy_kept_every_consumer_takes_a_workers_own_weights(tmp_path):
+    """merge_policy off, two workers whose policies never shared weights, one of them
+    non-finite at the second merge: merged.pt (the showcase's, an added worker's, a race's
+    start) is worker 0's weights as it holds them after the merge, its own policy with the
+    merged world model, not an average of two policies; the reset worker takes the same; the
+    outer step's state holds no policy tensor."""
+    cfg = dataclasses.replace(CFG, merge_policy=False, outer_lr=0.7)
+    p = pack(tmp_path, cfg)
+    trained(p, 9)
+    run_steps(p, 10)
+    merged = load_state(tmp_path / "merge" / "merged.pt")["model"]
+    assert close(merged, p.trainer.weights(0))
+    assert not close(merged, p.trainer.weights(1), [n for n in merged if n.startswith("pi.")])
+    outer = load_state(tmp_path / "merge" / "outer.pt")
+    assert outer["total"] and not [n for n in outer["total"] if n.startswith("pi.")]
+    trained(p, 10)
+    with torch.no_grad():  # straight into the pack: checked_model_state refuses a NaN
+        p.trainer.agent.model.state_dict()["pi.layers.0.weight"][1, 0, 0] = float("nan")
+    run_steps(p, 20)
+    merged = load_state(tmp_path / "merge" / "merged.pt")["model"]
+    assert close(merged, p.trainer.weights(0)) and close(merged, p.trainer.weights(1))
+    (merge,) = records(tmp_path, 0, Merge)[-1:]
+    assert merge.left_out == {1: "non-finite weights"}
+
+
+def test_a_rule_change_takes_effect_at_one_round_in_every_process_of_a_pool(tmp_path):
+    """Two processes of one pool: a pull of 0.5 is set after process a merged round 2 and
+    before process b did. b applies it first, and still merges round 2 as the pool does, all
+    the way to the mean (the rule of a round is its first process's: merge/rule.json); from
+    round 3, whose first process has the pull, both pull."""
+    make_run(tmp_path, CFG, RunSettings(workers=2, merge_every=10))
+    a, b = (hooks_process(tmp_path, CFG, (w,), (0, 1), 10, merge_timeout_s=0.2) for w in (0, 1))
+    run_steps(a, 19), run_steps(b, 19)
+    run_steps(a, 20)  # alone, after the timeout: round 2's rule is the plain mean
+    KnobStore(tmp_path).set(CFG, merge_pull=0.5)
+    a_file = load_state(tmp_path / "merge" / "worker-0.pt")["model"]
+    own = b.trainer.weights(0)
+    run_steps(b, 20)
+    assert records(tmp_path, 1, KnobsApplied)[-1].values["merge_pull"] == 0.5
+    assert close(b.trainer.weights(0), mean_of([a_file, own]))
+    assert "the pool's rule for round 2" in records(tmp_path, 1, Merge)[-1].note
+    run_steps(a, 30)  # a applies the pull at step 21: round 3 is the pull's
+    own = b.trainer.weights(0)
+    a_file = load_state(tmp_path / "merge" / "worker-0.pt")["model"]
+    run_steps(b, 30)
+    mean = mean_of([a_file, own])
+    assert close(b.trainer.weights(0), {n: (own[n] + mean[n]) / 2 for n in mean})
+    rules = json.loads((tmp_path / "merge" / "rule.json").read_text())["rounds"]
+    assert (rules["2"]["pull"], rules["3"]["pull"]) == (1.0, 0.5)

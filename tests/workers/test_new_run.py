@@ -7,6 +7,7 @@ from conftest import tiny_run as tiny
 
 from agent.config import Config
 from agent.errors import ConfigError, UserError
+from workers.cli.new_run import lanes_from_args, workers_from_args
 from workers.door import (
     CPU_PLANNING,
     Lane,
@@ -59,8 +60,12 @@ def test_the_dialogs_control_worker_and_lanes_count_as_the_flags_do():
         **{**DIALOG, "workers": 9}, run_dir=None, lanes="workers=2;", replicas=3
     )
     assert copies.settings.workers == 9  # the unsized lane's 3 copies share the 3 left
-    controls = new_run_from_dialog(**{**DIALOG, "control_worker": True}, replicas=2, run_dir=None)
-    assert controls.settings.workers == 5 and controls.lanes == [Lane(), CONTROL]  # 3 + 2
+    controls = new_run_from_dialog(
+        **{**DIALOG, "workers": 4, "control_worker": True}, replicas=2, run_dir=None
+    )
+    assert controls.settings.workers == 6 and controls.lanes == [Lane(), CONTROL]  # 4 + 2
+    with pytest.raises(ConfigError, match="do not split into 2 equal replicas"):  # 3 + 2
+        new_run_from_dialog(**{**DIALOG, "control_worker": True}, replicas=2, run_dir=None)
 
 
 def test_the_dialog_refuses_replicas_below_one_or_without_a_race():
@@ -111,3 +116,19 @@ def test_a_torchrun_rank_refuses_to_serve_and_the_outer_step(monkeypatch):
     check_run_flags(build_parser().parse_args(["--headless", "--merge-pull", "0.1"]))
     with pytest.raises(UserError, match="outer step is not for a torchrun job yet"):
         check_run_flags(build_parser().parse_args(["--headless", "--outer-momentum", "0.9"]))
+
+
+def test_lanes_without_workers_give_each_lane_without_a_size_one_worker():
+    """`--lane A --lane B` without --workers is a race of one worker a lane (as a person
+    means it; it was "2 lanes need at least 2 workers"), times the replicas; a sized lane
+    takes its size; --workers, when given, counts them all as before."""
+
+    def workers(*flags):
+        args = build_parser().parse_args(["--headless", *flags])
+        return workers_from_args(args, lanes_from_args(args), 1)
+
+    assert workers("--lane", "iterations=1", "--lane", "iterations=2") == 2
+    assert workers("--lane", "iterations=1", "--lane", "iterations=2", "--replicas", "3") == 6
+    assert workers("--lane", "workers=2", "--lane", "iterations=2") == 3
+    assert workers("--lane", "iterations=1", "--lane", "iterations=2", "--workers", "4") == 4
+    assert workers("--control-worker", "--workers", "2") == 3  # the run's lane keeps its 2

@@ -11,7 +11,7 @@ from conftest import tiny_config
 from helpers.race_records import T0, episodes_of, learning, progress_of, record_of, tracker_of
 
 from agent.errors import ConfigError
-from workers.race.replicas import mean_curve
+from workers.race.replicas import mean_curve, t_975
 from workers.race.table import RaceTracker
 from workers.race.text import level_text, race_text, race_top, summary_lines
 from workers.rundir.lanes import check_layout
@@ -214,3 +214,16 @@ def test_the_table_never_raises_on_a_record_and_refuses_only_what_check_layout_r
             assert not fits and "at least 2 lanes" in str(err)
         if record.race_lanes < 2:
             assert table.verdict == "one lane: nothing to race against"
+
+
+def test_students_t_is_right_at_every_degree_of_freedom_and_never_the_normals_too_soon():
+    """The 97.5th percentile against published values (to 1e-4): the table below 10 degrees of
+    freedom, the expansion above, never 1.96 at 60 (where the old table said so: 2.0003)."""
+    published = {1: 12.7062, 2: 4.3027, 9: 2.2622, 10: 2.2281, 15: 2.1314, 30: 2.0423}
+    published.update({40: 2.0211, 60: 2.0003, 120: 1.9799, 1000: 1.9623})
+    for df, value in published.items():
+        assert t_975(df) == pytest.approx(value, abs=1e-4), df
+    values = [t_975(df) for df in range(1, 2000)]
+    assert all(a > b > 1.96 for a, b in zip(values, values[1:]))
+    with pytest.raises(ValueError):
+        t_975(0)

@@ -231,6 +231,12 @@ def new_run_from_dialog(
         lane=lanes.split(";") if lanes.strip() else None,
         replicas=None if replicas == 1 else replicas,  # 1: as when the flag is left out
     )
+    try:
+        asked = lanes_from_args(args) or []
+    except ConfigError:
+        asked = []  # new_run_from_args refuses them with the lane's name
+    if None in [lane.size for lane in asked]:
+        args.workers = workers  # the field counts the run's workers, as --workers does
     planning = dict(CPU_PLANNING) if cpu_planning else {}
     return new_run_from_args(args, Preset(task, model_size, workers, planning), workers)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from agent.errors import WeightsError
-from agent.pack.merge_rule import OuterState, State, outer_step
+from agent.pack.merge_rule import RUNNING_STATS, OuterState, State, outer_step
 from workers.rundir.directory import DirLock, load_state, save_state
 from workers.rundir.paths import OUTER
 
@@ -100,10 +100,12 @@ class PoolOuterStep:
             before = _stepped(saved, lr, momentum, names)
             saved = _Saved(round_, before, {})
         added = False
+        pooled = set(names) | RUNNING_STATS  # not a kept policy: it is no pool's
         for part in parts:
             if part.round != round_ or saved.counted & set(part.workers):
                 continue  # another round's weights, or workers already in the sum
-            _add(saved.total, part.state, len(part.workers))
+            shared = {k: v for k, v in part.state.items() if k in pooled}
+            _add(saved.total, shared, len(part.workers))
             saved.counted |= set(part.workers)
             added = True
         if added:
