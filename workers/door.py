@@ -10,6 +10,7 @@ in a cycle.
 """
 
 from workers.cli.flags import add_common_flags, add_config_flags, build_parser
+from workers.cli.headless import RACE_TABLE_S
 from workers.cli.new_run import (
     RUNS,
     NewRun,
@@ -32,7 +33,9 @@ from workers.cli.presets import (
 from workers.host.precision import describe_precision
 from workers.host.threads import WINDOW_THREADS, apply_threads, check_threads
 from workers.race.control import MAX_LANES, check_race, sharing
+from workers.race.replicas import t_975
 from workers.race.rows import LaneRow, RaceTable
+from workers.race.scores import SMOOTH
 from workers.race.table import RaceTracker
 from workers.race.text import (
     level_text,
@@ -42,6 +45,7 @@ from workers.race.text import (
     row_cells,
     summary_lines,
 )
+from workers.race.verdict import MIN_EPISODES
 from workers.remote.connected import ConnectedRun
 from workers.remote.server import RunServer
 from workers.run.base import BaseRun
@@ -160,6 +164,9 @@ __all__ = [
     "describe_precision",
     # a race: lanes, the table that ranks them and its words, a lane's merged weights
     "MAX_LANES",
+    "MIN_EPISODES",
+    "RACE_TABLE_S",
+    "SMOOTH",
     "Lane",
     "LaneRow",
     "RaceTable",
@@ -174,6 +181,7 @@ __all__ = [
     "row_cells",
     "sharing",
     "summary_lines",
+    "t_975",
     # the records a run's events are made of
     "Crashed",
     "Episode",

@@ -4,7 +4,6 @@ the pack). TDMPC2 (agent/agent.py) is a PackState; this holds what is not acting
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,13 +14,17 @@ from agent.config import Config
 from agent.errors import WeightsError
 from agent.noise import PackNoise
 from agent.optim_step import init_adam_state
+from agent.pack.adam_state import (
+    adam_move,
+    load_optim_slice,
+    optim_slice,
+    saved_steps,
+    settle_updates,
+)
 from agent.world_model import WorldModel
 
 State = dict[str, torch.Tensor]
 FORMAT = "tdmpc2-live/agent/1"
-# How close a worker's own Adam bias correction must come to the pack's before its step count
-# is the pack's again: far below float32's resolution of a step.
-SETTLED = 1e-8
 
 
 @dataclass
@@ -144,7 +147,7 @@ class PackState:
         if self.step_offset is None:
             self.step_offset = torch.zeros(self.pack, device=self.device)
         self.step_offset[workers] = pack_steps
-        self.offset_updates = _settle_updates(self)
+        self.offset_updates = settle_updates((self.optim, self.pi_optim))
 
     @torch.no_grad()
     def offset_adam_step(self, optim: torch.optim.Optimizer) -> None:
@@ -163,7 +166,7 @@ class PackState:
                 pack_steps = state["step"].to(offset.device)
                 own = (pack_steps - offset).view(-1, *(1,) * (param.dim() - 1))
                 m, v = state["exp_avg"], state["exp_avg_sq"]
-                param.add_(_adam_move(m, v, group, own) - _adam_move(m, v, group, pack_steps))
+                param.add_(adam_move(m, v, group, own) - adam_move(m, v, group, pack_steps))
 
     def count_offset_update(self) -> None:
         """After an update: the offsets are dropped once they no longer change a step."""
@@ -194,8 +197,8 @@ class PackState:
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
             "model": {k: v.clone() for k, v in self.model_state(worker).items()},
-            "optim": _optim_slice(self.optim, worker, self._offset(worker)),
-            "pi_optim": _optim_slice(self.pi_optim, worker, self._offset(worker)),
+            "optim": optim_slice(self.optim, worker, self._offset(worker)),
+            "pi_optim": optim_slice(self.pi_optim, worker, self._offset(worker)),
             "noise": self.noise.get_state(worker),
         }
 
@@ -215,10 +218,10 @@ class PackState:
         if not weights_only:
             before = self._adam_steps()
             for optim, saved in ((self.optim, state["optim"]), (self.pi_optim, state["pi_optim"])):
-                _load_optim_slice(optim, worker, saved)
+                load_optim_slice(optim, worker, saved)
                 if self.compiled:  # new state tensors: static again for the CUDA graphs
                     init_adam_state(optim)
-            self._keep_own_steps(worker, before, _saved_steps(state["optim"]))
+            self._keep_own_steps(worker, before, saved_steps(state["optim"]))
             if "noise" in state:
                 self.noise.set_state(worker, state["noise"])
 
@@ -243,7 +246,7 @@ class PackState:
         offset[worker] = after - own
         offset.clamp_(min=0)
         owns = [after - float(o) for o in offset if o > 0]
-        left = _settle_updates(self) - min(owns, default=math.inf)
+        left = settle_updates((self.optim, self.pi_optim)) - min(owns, default=math.inf)
         if left <= 0:  # every offset worker is past where the counts change a step
             self.step_offset, self.offset_updates = None, 0
             return
@@ -275,62 +278,3 @@ class PackState:
                 raise WeightsError(f"weights contain non-finite values in {name}")
             fitted[name] = value
         return fitted
-
-
-def _settle_updates(pack: PackState) -> int:
-    """Updates after which a worker's own Adam count no longer changes its step (SETTLED)."""
-    optims = (pack.optim, pack.pi_optim)
-    betas = [b for optim in optims for group in optim.param_groups for b in group["betas"]]
-    return math.ceil(math.log(SETTLED) / math.log(max(betas)))
-
-
-def _saved_steps(saved: dict) -> float | None:
-    """The Adam step count of a saved optimiser slice (None: it holds no state)."""
-    entries = [e for e in saved.get("state", {}).values() if "step" in e]
-    return float(entries[0]["step"]) if entries else None
-
-
-def _adam_move(m: torch.Tensor, v: torch.Tensor, group: dict, steps: torch.Tensor) -> torch.Tensor:
-    """The change torch's Adam makes to a parameter of moments m, v at step `steps` (as
-    torch/optim/adam.py's _single_tensor_adam computes it)."""
-    beta1, beta2 = group["betas"]
-    denom = v.sqrt() / (1 - beta2**steps).sqrt() + group["eps"]
-    return m / denom * (-group["lr"] / (1 - beta1**steps))
-
-
-def _optim_slice(optim: torch.optim.Optimizer, worker: int, offset: float = 0.0) -> dict:
-    """One worker's part of an Adam state dict over stacked weights: a lone agent's (its step
-    count the pack's less `offset`, see PackState.step_offset)."""
-    full = optim.state_dict()
-    state = {
-        i: {k: v - offset if k == "step" else v[worker].clone() for k, v in entry.items()}
-        for i, entry in full["state"].items()
-    }
-    return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
-
-
-def _load_optim_slice(optim: torch.optim.Optimizer, worker: int, theirs: dict) -> None:
-    """Put one worker's Adam state (from _optim_slice) into its slice of the pack's."""
-    params = [p for g in optim.param_groups for p in g["params"]]
-    full = optim.state_dict()
-    for i, param in enumerate(params):
-        entry = theirs["state"].get(i)
-        if entry is None:
-            continue
-        own = full["state"].setdefault(
-            i,
-            {
-                "step": torch.zeros(()),
-                "exp_avg": torch.zeros_like(param),
-                "exp_avg_sq": torch.zeros_like(param),
-            },
-        )
-        # Adam's step is one per stacked tensor: a pack counts the furthest worker's steps
-        # (the bias correction is ~1 after a few thousand either way).
-        step = entry["step"].cpu().float().clone()  # not the saved tensor: Adam bumps it
-        own["step"] = step if param.shape[0] == 1 else torch.maximum(own["step"].cpu(), step)
-        for key in ("exp_avg", "exp_avg_sq"):
-            moment = own[key].clone()
-            moment[worker] = entry[key].to(moment.device).view_as(moment[worker])
-            own[key] = moment
-    optim.load_state_dict(full)

@@ -11,19 +11,21 @@ from conftest import tiny_config
 from helpers.race_records import T0, episodes_of, learning, progress_of, record_of, tracker_of
 
 from agent.errors import ConfigError
+from bench.race_looks import Model, a_a_race, scores, watched
 from workers.race.replicas import mean_curve, t_975
 from workers.race.table import RaceTracker
 from workers.race.text import level_text, race_text, race_top, summary_lines
 from workers.rundir.lanes import check_layout
-from workers.rundir.records import KnobsApplied
+from workers.rundir.records import KnobsApplied, Stop
 
 T_2 = 4.3027  # Student's t, 97.5th percentile, 2 degrees of freedom (3 replicas)
 T_1 = 12.7062  # and 1 (2 replicas)
 
 
-def race(curves, replicas, solo=(), published=None):
+def race(curves, replicas, solo=(), published=None, ended=True):
     """A race whose lane l's replica r (worker l * replicas + r, one each) ran curves[l][r]
-    ((times, returns)); the table at the last episode."""
+    ((times, returns)); the table at the last episode, where every worker ended its steps
+    (`ended`: else the race runs on)."""
     lanes = tuple((w,) for w in range(len(curves) * replicas))
     record = record_of(lanes, solo=solo, replicas=replicas)
     tracker = tracker_of(record, published)
@@ -32,6 +34,10 @@ def race(curves, replicas, solo=(), published=None):
         for r, (times, returns) in enumerate(copies):
             tracker.ingest(episodes_of(lane * replicas + r, times, returns))
             last = max(last, float(times[-1]))
+    if ended:
+        tracker.ingest(
+            Stop(step=0, time=T0 + last, reason="done", worker=w) for w in range(len(lanes))
+        )
     return tracker.table(record, progress_of(record), now=T0 + last + 1)
 
 
@@ -227,3 +233,68 @@ def test_students_t_is_right_at_every_degree_of_freedom_and_never_the_normals_to
     assert all(a > b > 1.96 for a, b in zip(values, values[1:]))
     with pytest.raises(ValueError):
         t_975(0)
+
+
+def test_a_watched_race_calls_an_a_a_race_no_more_often_than_one_looked_at_once():
+    """Synthetic A/A races of 90 minutes, 3 replicas (bench/race_looks.py): with the verdict
+    re-evaluated at every look, as the window looks (every 0.25 s) or the printer (every 5
+    minutes), far more than 5 % of them show "leads" at some look; with the verdict given once,
+    at the race's end, about 5 %, however often the table is looked at."""
+    found = watched(300, seed=1)
+    assert found["looks"]["window"] > 20_000 and found["looks"]["headless printer"] == 18
+    assert found["at_the_end"] <= 0.08
+    for rate in found["every_look"].values():
+        assert rate >= 2.5 * found["at_the_end"] and rate >= 0.12
+
+
+def tracker_until(record, race, seconds):
+    """A tracker that has seen every worker's episodes (race[w]: times, returns) up to
+    `seconds` after the race began, as one looking then has."""
+    tracker = tracker_of(record)
+    for w, (times, returns) in enumerate(race):
+        kept = times <= seconds
+        tracker.ingest(episodes_of(w, times[kept], returns[kept]))
+    return tracker
+
+
+def test_the_synthetic_races_scores_are_the_tables():
+    """bench/race_looks.py's score of each replica at a look is the race table's (on the
+    table's scale: its span divides it)."""
+    race = a_a_race(np.random.default_rng(2), Model())
+    record = record_of(tuple((w,) for w in range(len(race))), replicas=3)
+    start = float(np.mean([returns[0] for _, returns in race]))
+    for minute in (20, 45, 80):
+        tracker = tracker_until(record, race, 60 * minute)
+        table = tracker.table(record, progress_of(record), now=T0 + 60 * minute)
+        span = table.top - table.start_level
+        assert table.start_level == pytest.approx(start) and not table.ended
+        for row in table.rows:
+            for r, score in enumerate(row.replica_scores):
+                times, returns = race[row.lane * 3 + r]
+                ours = scores(times, returns, start, np.array([60.0 * minute]))[0][0]
+                assert score == pytest.approx(ours / span, abs=1e-9), (minute, row.lane, r)
+
+
+def test_before_its_end_a_race_is_only_ahead_so_far_and_its_verdict_then_stays():
+    """Lane 1 far ahead in every replica: until 90 minutes of race training the table says
+    "ahead so far" at every look (no row leads); from the end on, at every later look, it is
+    the table as it stood then, with its verdict, episodes after it left out."""
+    rng = np.random.default_rng(4)
+    curves = seeded_curves(rng, 2, 3, ends=(100, 300), seed_sd=5, noise=5, n=60)
+    race = [(times * 10, returns) for copies in curves for times, returns in copies]
+    record = record_of(tuple((w,) for w in range(6)), replicas=3)
+    for minute in range(20, 90, 5):
+        tracker = tracker_until(record, race, 60 * minute)
+        table = tracker.table(record, progress_of(record), now=T0 + 60 * minute)
+        assert not table.ended and not any(row.leader for row in table.rows), minute
+        assert table.verdict.startswith("lane 1 ahead so far: +"), minute
+        assert "the verdict at 90 minutes of race training" in table.verdict
+    ended = []
+    for minute in (90, 95, 120):
+        tracker = tracker_until(record, race, 60 * minute)
+        ended.append(tracker.table(record, progress_of(record), now=T0 + 60 * minute))
+    assert all(t.ended and t.clock == pytest.approx(5400) for t in ended)
+    assert [t.verdict for t in ended] == [ended[0].verdict] * 3
+    assert [t.rows[0].replica_scores for t in ended] == [ended[0].rows[0].replica_scores] * 3
+    assert ended[0].verdict.startswith("lane 1 leads: +") and ended[0].rows[0].leader
+    assert "the race ended at 90:00 of training" in race_text(ended[0])

@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="race: one lane per --lane, with these live knobs (others: the run's), workers=N "
         "(its size; lanes without one share the rest evenly) and merge=off (its workers never "
         "merge), each lane its own merge pool; e.g. --lane workers=4 --lane workers=1,merge=off "
-        "(--workers may be left out when every lane gives its size)",
+        "(without --workers a lane without workers= gets one worker)",
     )
     multi.add_argument(
         "--replicas",
@@ -219,6 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
         "merge pool, replica r of every lane on the same environment seeds; the table names a "
         "leader only when its lead holds across the replicas; e.g. --lane workers=4 --lane "
         "workers=1,merge=off --replicas 3 (15 workers; --workers, when given, counts them all)",
+    )
+    multi.add_argument(
+        "--race-minutes",
+        type=float,
+        default=None,
+        metavar="M",
+        help="the race's length in training time (default 90): the table says which lane is "
+        "ahead so far until then, and gives its verdict (a lane leads, or too close to call) "
+        "once, at that time or when every racing worker has trained its --steps, if sooner; a "
+        "verdict looked at every few seconds would call a race of equal lanes far more often "
+        "than 5 %% of the time",
     )
     multi.add_argument(
         "--checkpoint-every",

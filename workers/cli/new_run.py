@@ -81,6 +81,16 @@ def check_run_flags(args: argparse.Namespace) -> None:
             raise UserError(
                 "--replicas copies a race's lanes: give two --lane or more (or --control-worker)"
             )
+    minutes = getattr(args, "race_minutes", None)
+    if minutes is not None:
+        if not 0 < minutes < float("inf"):
+            raise UserError(f"--race-minutes must be above 0 (the race's length), got {minutes}")
+        if args.resume:
+            raise UserError("--race-minutes times a race in a new run: a resumed run keeps its own")
+        if not args.lane and not getattr(args, "control_worker", False):
+            raise UserError(
+                "--race-minutes times a race: give two --lane or more (or --control-worker)"
+            )
     check_remote_flags(args)
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     outer = {k: getattr(args, k, None) for k in ("outer_lr", "outer_momentum")}
@@ -161,6 +171,7 @@ def settings_from_args(
         threads_per_worker=args.threads or 0,  # 0: workers/host/threads.py decides
         pack=args.pack or 0,  # 0: Run.create picks (a pack per GPU with CUDA)
         replicas=getattr(args, "replicas", None) or 1,
+        race_minutes=getattr(args, "race_minutes", None) or RunSettings.race_minutes,
     )
 
 

@@ -14,7 +14,7 @@ from agent.errors import ConfigError
 from workers.host.threads import choose_threads
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import Lane, Layout, check_layout, deal_lanes, replicate
-from workers.rundir.records import KnobRecord
+from workers.rundir.records import RACE_MINUTES, KnobRecord
 from workers.rundir.settings import RunSettings, gpu_count
 
 MAX_LANES = 4  # what a window offers; the command line allows as many as there are workers
@@ -94,16 +94,16 @@ class RaceControl:
         version, values = self.in_force()
         return KnobRecord(version=version, values=dict(values))
 
-    def start(self, lanes: Sequence[Lane], replicas: int = 1) -> int:
+    def start(self, lanes: Sequence[Lane], replicas: int = 1, minutes: float = RACE_MINUTES) -> int:
         """Split the merging workers into `lanes`, each `replicas` times (every replica a merge
         pool of its own), each running with the values in force changed by its own; each lane
-        starts from the weights the run merged last. Returns the knob version (ConfigError:
-        nothing changed)."""
+        starts from the weights the run merged last; the verdict after `minutes` of training.
+        Returns the knob version (ConfigError: nothing changed)."""
         if self.record().lanes:
             raise ConfigError("a race is on: promote a lane to end it first", "lanes")
         layout = check_race(self.settings(), lanes, replicas)
         copies = replicate(lanes, replicas)
-        return self.knobs.start_race(self.cfg, layout, copies, self.in_force, replicas)
+        return self.knobs.start_race(self.cfg, layout, copies, self.in_force, replicas, minutes)
 
     def promote(self, lane: int, weights: bool = True, replica: int = 0) -> int:
         """End the race: race lane `lane`'s values for every worker, one merge pool again, and

@@ -76,3 +76,6 @@ class RaceTable:
     # the first lane's lead in score over the second: (mean, 95 % half-width), paired
     # across replicas (one replica: the two bootstraps' spreads combined)
     lead: tuple[float, float] | None = None
+    # the race has ended (its length, or every lane's steps): the table as it stood then,
+    # with its verdict; before, the first lane is only ahead so far
+    ended: bool = True

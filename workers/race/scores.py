@@ -144,6 +144,17 @@ def training_spans(
     return np.array(merged, dtype=float).reshape(-1, 2)
 
 
+def wall_at(spans: np.ndarray, seconds: float) -> float | None:
+    """The wall time at which the race's training time (race_clock) reached `seconds`, or None
+    before it has."""
+    total = 0.0
+    for a, b in spans:
+        if total + (b - a) >= seconds:
+            return float(a + (seconds - total))
+        total += b - a
+    return None
+
+
 def race_clock(spans: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Seconds of training time from the race's start to each of `times`."""
     if not len(spans):

@@ -14,7 +14,7 @@ import numpy as np
 
 from workers.race.replicas import across, mean_curve
 from workers.race.rows import LaneRow, RaceTable
-from workers.race.scores import SMOOTH, LaneEpisodes, race_clock, training_spans
+from workers.race.scores import SMOOTH, LaneEpisodes, race_clock, training_spans, wall_at
 from workers.race.verdict import gains, mean_reached, verdict
 from workers.rundir.records import (
     Crashed,
@@ -60,6 +60,7 @@ class RaceTracker:
         self.evals: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
         self.onoff: dict[int, list[tuple[float, bool]]] = defaultdict(list)  # (time, training)
         self.warmed: dict[int, float] = {}  # a worker's first record past seeding, pretraining
+        self.done: dict[int, list[float]] = defaultdict(list)  # when it trained all its steps
         self._cache: tuple[tuple | None, dict] = (None, {})
 
     def ingest(self, records: Iterable[Record]) -> None:
@@ -77,6 +78,8 @@ class RaceTracker:
                 self.episodes[w].append((r.time, float(r.step or 0), r.ret))
             elif isinstance(r, Eval):
                 self.evals[w].append((r.time, r.ret, max(len(r.returns), 1)))
+            elif isinstance(r, Stop) and r.reason == "done":
+                self.done[w].append(r.time)
             past = self.seed_steps is not None and r.step is not None and r.step > self.seed_steps
             if past and w not in self.warmed and not isinstance(r, (Seeding, Pretraining)):
                 self.warmed[w] = r.time
@@ -109,6 +112,11 @@ class RaceTracker:
             return None
         racing = [w for lane in record.lanes for w in lane]
         spans = training_spans(self.onoff, racing, start, now)
+        end = self._end(record, racing, start, spans)
+        ended = end is not None and end <= now
+        if ended:  # the race as it stood at its end, however late it is looked at
+            now = end
+            spans = training_spans(self.onoff, racing, start, now)
         clock = float(race_clock(spans, np.array([now]))[0])
         key = (
             self.published_final,
@@ -117,9 +125,10 @@ class RaceTracker:
             start,
             sum(len(e) for e in self.episodes.values()),
             sum(len(c) for c in self.onoff.values()),
+            now if ended else None,
         )
         if self._cache[0] != key:
-            self._cache = (key, self._lanes(record, start, spans))
+            self._cache = (key, self._lanes(record, start, spans, now if ended else None))
         made = self._cache[1]
         differ = [k for k in record.values if len({str(v.get(k)) for v in record.lane_values}) > 1]
         snapshot = {w["worker"]: w for w in progress}
@@ -130,7 +139,7 @@ class RaceTracker:
             pools = [made["lanes"][c] for c in copies]
             workers = tuple(w for c in copies for w in record.lanes[c])
             seen = [snapshot[w] for w in workers if w in snapshot]
-            latest = [self.evals[w][-1] for w in workers if self._evals_after(w, start)]
+            latest = [e for w in workers if (e := self._latest_eval(w, start, now)) is not None]
             reached = [{level: pool.reached.get(level) for level in thresholds} for pool in pools]
             scored = [pool.score(clock) for pool in pools]
             scores = [score for score, _ in scored]
@@ -170,7 +179,12 @@ class RaceTracker:
         if control is not None:
             gains(rows, control, thresholds, clock)
         rows.sort(key=lambda row: math.inf if row.score is None else -row.score)  # unranked last
-        said, lead = verdict(rows, record.replicas)
+        length = 60 * record.race_minutes
+        when = (
+            f"the verdict at {record.race_minutes:g} minutes of race training ("
+            f"{max(length - clock, 0) / 60:.0f} to go) or when every lane has trained its steps"
+        )
+        said, lead = verdict(rows, record.replicas, ended, when)
         sizes = {len(lane) for lane in record.lanes}
         note = ""
         if len(sizes) > 1:
@@ -190,10 +204,25 @@ class RaceTracker:
             note=note,
             replicas=record.replicas,
             lead=lead,
+            ended=ended,
         )
 
-    def _evals_after(self, worker: int, start: float) -> bool:
-        return bool(self.evals[worker]) and self.evals[worker][-1][0] >= start
+    def _end(
+        self, record: KnobRecord, racing: list[int], start: float, spans: np.ndarray
+    ) -> float | None:
+        """When the race ended (None: it has not): its length in training time reached, or
+        every racing worker done with its steps, whichever came first. Both are fixed before
+        the race starts, whatever its lanes score, so a verdict then is one look."""
+        ends = [wall_at(spans, 60 * record.race_minutes)]
+        done = [next((t for t in self.done[w] if t >= start), None) for w in racing]
+        if racing and None not in done:
+            ends.append(max(done))
+        return min((t for t in ends if t is not None), default=None)
+
+    def _latest_eval(self, worker: int, start: float, now: float) -> tuple | None:
+        """The worker's latest evaluation in the race up to `now` (None: none)."""
+        found = [e for e in self.evals[worker] if start <= e[0] <= now]
+        return found[-1] if found else None
 
     def _warmup(self, racing: list[int], start: float, spans: np.ndarray) -> float | None:
         """Race training time spent seeding and pretraining, the same for every lane: until
@@ -204,12 +233,18 @@ class RaceTracker:
             return None
         return float(race_clock(spans, np.array([max(ends)]))[0])
 
-    def _lanes(self, record: KnobRecord, start: float, spans: np.ndarray) -> dict:
+    def _lanes(
+        self, record: KnobRecord, start: float, spans: np.ndarray, until: float | None = None
+    ) -> dict:
         """What changes only with new episodes (minutes apart on a CPU), made once for each:
-        every lane's episodes, curve, bootstrap and threshold crossings."""
+        every lane's episodes (`until`: those up to the race's end), curve, bootstrap and
+        threshold crossings."""
+        last = math.inf if until is None else until
         own = {
             w: [
-                (t, s, r) for t, s, r in self.episodes[w] if t >= start and self._lane_at(w, t) == n
+                (t, s, r)
+                for t, s, r in self.episodes[w]
+                if start <= t <= last and self._lane_at(w, t) == n
             ]
             for n, workers in enumerate(record.lanes)
             for w in workers

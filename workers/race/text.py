@@ -93,6 +93,11 @@ def summary_lines(table: RaceTable, short: bool = False) -> list[str]:
     tooltip), seeding and pretraining, lanes of different sizes and the merge gain, a line
     each."""
     lines = [table.verdict]
+    if table.ended and table.replicas > 1:
+        lines.append(
+            f"the race ended at {clock_text(table.clock)} of training (its length, or every "
+            "lane's steps): the table as it stood then"
+        )
     if table.start_level is not None and table.top is not None:
         top = "published final" if table.top_from == "published" else "best lane"
         if table.top_note and not short:

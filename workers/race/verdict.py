@@ -61,11 +61,16 @@ def _gain(
     return Gain(their_steps / max(steps, 1.0), clock / max(seconds, 1e-9), at_least=True)
 
 
-def verdict(rows: list[LaneRow], replicas: int) -> tuple[str, tuple[float, float] | None]:
+def verdict(
+    rows: list[LaneRow], replicas: int, ended: bool = True, end: str = ""
+) -> tuple[str, tuple[float, float] | None]:
     """Who leads, or why nobody does, and the first lane's lead over the second. With
     replicas a lane leads when its lead, replica by replica, is clear of zero at 95 %
     (Student's t across replicas); one run's episodes only measure episode noise, so with one
-    replica no lane leads."""
+    replica no lane leads. The verdict is given once, at the race's end (`ended`): a 95 % test
+    looked at every few seconds would call a race of equal lanes at some look far more often
+    than 5 % (BENCHMARKS.md, "A verdict watched"); before it, the first lane is only ahead so
+    far, and `end` says when the verdict comes."""
     ranked = [row for row in rows if row.score is not None]
     if len(rows) < 2:
         return "one lane: nothing to race against", None
@@ -83,6 +88,8 @@ def verdict(rows: list[LaneRow], replicas: int) -> tuple[str, tuple[float, float
         )
     lead = paired_lead(first.replica_scores, second.replica_scores)
     paired = f"{lead[0]:+.2f} +- {lead[1]:.2f} over lane {second.lane}, paired across {replicas}"
+    if not ended:
+        return f"lane {first.lane} ahead so far: {paired} replicas; {end}", lead
     if lead[0] - lead[1] > 0:
         first.leader = True
         return f"lane {first.lane} leads: {paired} replicas", lead

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from workers.rundir.lanes import Lane
-from workers.rundir.records import Request
+from workers.rundir.records import RACE_MINUTES, Request
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ class StartRace(Command):
 
     lanes: tuple[Lane, ...]
     replicas: int = 1
+    minutes: float = RACE_MINUTES  # the race's length in training time: its verdict then
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,8 @@ def handle(run: BaseRun, command: Command) -> Outcome:
             return Outcome((f"worker {worker} {verb}: it writes a checkpoint and leaves",), worker)
         case RestartWorker(worker):
             return _restart(run, worker)
-        case StartRace(lanes, replicas):
-            version = run.race.start(lanes, replicas)
+        case StartRace(lanes, replicas, minutes):
+            version = run.race.start(lanes, replicas, minutes)
             text = "; ".join(
                 f"lane {n}: {describe_lane(lane) or 'as the run'}" for n, lane in enumerate(lanes)
             )

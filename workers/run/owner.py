@@ -148,7 +148,7 @@ class Run(BaseRun):
             settings = dataclasses.replace(settings, pack=default_pack(settings.workers, cfg))
         # Refused knobs must leave nothing behind: check them before the first write.
         values = run_knobs(cfg, settings.merge_every)
-        KnobStore.new_race(cfg, values, layout, copies, 0, replicas)
+        KnobStore.new_race(cfg, values, layout, copies, 0, replicas, settings.race_minutes)
         weights = read_start_weights(start_weights, cfg) if start_weights else None
         run_dir = RunDir.create(path)
         run_dir.write_config({"config": dataclasses.asdict(cfg)})
@@ -156,7 +156,9 @@ class Run(BaseRun):
             write_start_weights(run_dir.path, weights, start_weights)
         run = cls(run_dir.path, cfg, settings, resumed=False)
         run._save_settings(settings)
-        run.knobs.store.initialise(cfg, settings.merge_every, layout, copies, replicas)
+        run.knobs.store.initialise(
+            cfg, settings.merge_every, layout, copies, replicas, settings.race_minutes
+        )
         return run
 
     @classmethod

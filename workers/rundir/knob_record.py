@@ -24,7 +24,7 @@ from agent.knobs import KnobValue, KnobValues, knobs
 from workers.rundir.directory import DirLock, atomic_write_json
 from workers.rundir.lanes import Lane, Layout
 from workers.rundir.lines import parse_lines
-from workers.rundir.records import KnobChange, KnobRecord
+from workers.rundir.records import RACE_MINUTES, KnobChange, KnobRecord
 
 KNOBS = "knobs.json"
 HISTORY = "knobs.jsonl"
@@ -68,6 +68,17 @@ def validate_record(
     )
 
 
+def check_race_minutes(minutes: object) -> None:
+    """ConfigError unless `minutes` is a race length: a number of minutes above 0."""
+    ok = isinstance(minutes, (int, float)) and not isinstance(minutes, bool)
+    if not ok or not 0 < minutes < float("inf"):
+        raise ConfigError(
+            f"race_minutes must be a number of minutes above 0 (the race's length, its "
+            f"verdict then), got {minutes!r}",
+            "race_minutes",
+        )
+
+
 class KnobStore:
     """knobs.json holds the KnobRecord (version, values, the race's lanes); knobs.jsonl every
     version ever set (KnobChange)."""
@@ -88,13 +99,15 @@ class KnobStore:
         layout: Layout = (),
         lanes: Sequence[Lane] = (),
         replicas: int = 1,
+        race_minutes: float = RACE_MINUTES,
     ) -> None:
         """The first version: the run's values, and a race's lanes from the start (lane n's
         workers layout[n], its values the run's with lanes[n]'s changes; `lanes` holds every
-        replica, lanes.py replicate)."""
+        replica, lanes.py replicate; its verdict after `race_minutes` of training)."""
         if self.path.exists():
             return
-        record = self.new_race(cfg, run_knobs(cfg, merge_every), layout, lanes, 0, replicas)
+        values = run_knobs(cfg, merge_every)
+        record = self.new_race(cfg, values, layout, lanes, 0, replicas, race_minutes)
         with self.lock:
             self._write(record, record.values, event="race" if layout else "")
 
@@ -106,10 +119,12 @@ class KnobStore:
         lanes: Sequence[Lane],
         version: int,
         replicas: int = 1,
+        race_minutes: float = RACE_MINUTES,
     ) -> KnobRecord:
         """A validated record of version `version` whose lanes (workers `layout`, `replicas`
         copies of each race lane in a row) run with `values` changed by their own (ConfigError
-        naming the lane for a refused value)."""
+        naming the lane for a refused value), its verdict after `race_minutes` of training."""
+        check_race_minutes(race_minutes)
         values = dict(validate_knobs(cfg, values))
         lane_values = []
         for n, changes in enumerate([lane.changes for lane in lanes] or [{}] * len(layout)):
@@ -129,6 +144,7 @@ class KnobStore:
             pool=version,
             solo_lanes=tuple(n for n, lane in enumerate(lanes) if not lane.merges),
             replicas=replicas if layout else 1,
+            race_minutes=float(race_minutes),
         )
 
     def _write(
@@ -148,6 +164,7 @@ class KnobStore:
             promoted_worker=record.promoted_worker,
             promoted_pool=record.promoted_pool,
             replicas=record.replicas,
+            race_minutes=record.race_minutes,
         )
         with open(self.history, "a") as f:
             f.write(json.dumps(change.to_json()) + "\n")
@@ -193,6 +210,7 @@ class KnobStore:
             promoted_worker=last.promoted_worker,
             promoted_pool=last.promoted_pool,
             replicas=last.replicas,
+            race_minutes=last.race_minutes,
         )
 
     def history_values(self) -> tuple[int, dict] | None:
@@ -271,13 +289,15 @@ class KnobStore:
         lanes: Sequence[Lane],
         in_force: Callable[[], tuple[int, dict]] | None = None,
         replicas: int = 1,
+        race_minutes: float = RACE_MINUTES,
     ) -> int:
         """Split the workers as `layout` says, each lane (`replicas` copies of each race lane in
         a row) with the values in force changed by its own: new merge pools (the version is
-        their pool). Returns the version."""
+        their pool), the verdict after `race_minutes` of training. Returns the version."""
         with self.lock:
             now = self._current(cfg, in_force)
-            new = self.new_race(cfg, now.values, layout, lanes, now.version + 1, replicas)
+            version = now.version + 1
+            new = self.new_race(cfg, now.values, layout, lanes, version, replicas, race_minutes)
             self._write(new, {}, event="race")
             return new.version
 

@@ -288,6 +288,11 @@ class Request(Line):
 
 
 # The live knobs (knobs.json: a snapshot; knobs.jsonl: its history, events) ----------------
+# A race's verdict is given once, at its end: this much race training time (its length), or
+# when every racing worker has trained its steps, if sooner (workers/race/verdict.py).
+RACE_MINUTES = 90.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class KnobRecord(Line):
     """knobs.json: the knob values to run with, and their version. In a race (lanes not
@@ -312,6 +317,7 @@ class KnobRecord(Line):
     # Copies of each race lane, each with its own workers, seeds and merge pool: `lanes` holds
     # race lane l's copies at l * replicas ... (l + 1) * replicas - 1 (a pool per entry).
     replicas: int = 1
+    race_minutes: float = RACE_MINUTES  # the race's length in training time: its verdict then
 
     def lane_of(self, worker: int) -> int | None:
         """The pool (an entry of `lanes`: a race lane's copy) `worker` races in, or None."""
@@ -368,6 +374,7 @@ class KnobChange(Line):
     promoted_worker: int | None = None
     promoted_pool: int | None = None
     replicas: int = 1
+    race_minutes: float = RACE_MINUTES
 
 
 # The reader --------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ class RunSettings:
     # Copies of each of those lanes (--replicas): lanes[l * replicas + r] is lane l's replica r,
     # whose environments are seeded as replica r of every other lane (paired).
     replicas: int = 1
+    # That race's length in training time (--race-minutes): its verdict then (records.py).
+    race_minutes: float = 90.0
     # Workers the start-up self-check split out of their pack (it found the pack unsound):
     # each trains in a process of its own from then on, a resumed run's too.
     apart: tuple[int, ...] = ()
@@ -60,6 +62,8 @@ class RunSettings:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ConfigError(f"replicas must be at least 1, got {self.replicas!r}")
+        if not 0 < self.race_minutes < float("inf"):
+            raise ConfigError(f"race_minutes must be above 0, got {self.race_minutes!r}")
         if self.merge_every < 1:
             raise ConfigError(f"merge_every must be at least 1, got {self.merge_every}")
         if self.checkpoint_every < 1:

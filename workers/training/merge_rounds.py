@@ -3,6 +3,8 @@ the device; with workers in other processes that mean goes through the file back
 (workers/merging/files.py), and every worker takes the merged weights. Kept apart from the hooks
 (hooks.py), which start a round every `merge_every` agent steps, because a round is its
 own protocol: who takes part, who is left out, what is recorded.
+Over 300 lines because a round, the pools it follows (a race, a promotion, a late entry) and
+the promotion's last round share one process's pool state.
 """
 
 from __future__ import annotations
