@@ -388,3 +388,21 @@ def test_a_rule_change_takes_effect_at_one_round_in_every_process_of_a_pool(tmp_
     assert close(b.trainer.weights(0), {n: (own[n] + mean[n]) / 2 for n in mean})
     rules = json.loads((tmp_path / "merge" / "rule.json").read_text())["rounds"]
     assert (rules["2"]["pull"], rules["3"]["pull"]) == (1.0, 0.5)
+
+
+def test_the_outer_step_turned_off_and_on_again_starts_from_the_mean_and_says_why(tmp_path):
+    """Rounds 1-2 under the outer step, round 3 the plain mean, round 4 the outer step again:
+    round 4 does not step from round 2's stale anchor but takes the mean, and its merge
+    record says why."""
+    cfg = dataclasses.replace(CFG, outer_lr=0.5)
+    p = pack(tmp_path, cfg)
+    run_steps(p, 20)
+    KnobStore(tmp_path).set(cfg, outer_lr=1.0)
+    run_steps(p, 30)
+    KnobStore(tmp_path).set(cfg, outer_lr=0.5)
+    mean = mean_of(trained(p, 11))
+    run_steps(p, 40)
+    names = [n for n in mean if n != "q_scale"]
+    assert close(p.trainer.weights(0), mean, names)
+    note = records(tmp_path, 0, Merge)[-1].note
+    assert note.startswith("the outer step started from the mean: rounds without the outer step")

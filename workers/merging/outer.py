@@ -15,8 +15,9 @@ to a round already stepped past: it takes the pool's newest anchor, and its reco
 The file is the checkpoint: a resumed run, a restarted or added worker goes on from it. It starts
 again from the mean, and the merge record says why, in a new pool (a race, a promotion), at a
 changed frequency (rounds are counted in another unit), when damaged, and after rounds without
-the rule (workers/merging/pool_rule.py removes the file then). A lock held past the timeout
-leaves this round to the mean (said too), never a crash.
+the rule (workers/merging/pool_rule.py keeps each round's rule); rounds a step skipped over
+(more envs than merge_every) follow on. A lock held past the timeout leaves this round to the
+mean (said too), never a crash.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 
 from agent.errors import WeightsError
 from agent.pack.merge_rule import RUNNING_STATS, OuterState, State, outer_step
+from workers.merging.pool_rule import KEPT_ROUNDS
 from workers.rundir.directory import DirLock, load_state, save_state
 from workers.rundir.paths import OUTER
 
@@ -74,18 +76,32 @@ class PoolOuterStep:
         lr: float,
         momentum: float,
         names: list[str],
+        plain_since: int | None = None,
     ) -> OuterRound:
         """The weights the pool takes in round `round_`, stepping `names`: `mean` is what this
-        process averaged, `parts` what it averaged (its own and the files it found)."""
+        process averaged, `parts` what it averaged (its own and the files it found);
+        `plain_since`: the newest earlier round the pool merged without the outer step."""
         try:
             with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
-                return self._step(mean, parts, round_, merge_every, lr, momentum, names)
+                saved, why = self._read(merge_every)
+                if saved is not None and saved.round < round_:
+                    stale = self._stale(saved.round, round_, plain_since)
+                    saved, why = (None, stale) if stale else (saved, why)
+                return self._step(saved, why, mean, parts, round_, merge_every, lr, momentum, names)
         except TimeoutError:
             why = f"the pool's outer state stayed locked for {self.timeout_s:g} s"
             return OuterRound(dict(mean), f"{why}: this round took the mean")
 
-    def _step(self, mean, parts, round_, merge_every, lr, momentum, names) -> OuterRound:
-        saved, why = self._read(merge_every)
+    @staticmethod
+    def _stale(saved: int, round_: int, plain_since: int | None) -> str:
+        """Why the state of round `saved` is no anchor for round `round_` ("": it is one)."""
+        if plain_since is not None and plain_since > saved:
+            return f"rounds without the outer step since its round {saved} (round {plain_since})"
+        if round_ - saved > KEPT_ROUNDS:
+            return f"its state is of round {saved}, {round_ - saved} rounds back"
+        return ""
+
+    def _step(self, saved, why, mean, parts, round_, merge_every, lr, momentum, names):
         note = ""
         if saved is not None and saved.round > round_:
             newest = _stepped(saved, lr, momentum, names)
@@ -145,16 +161,6 @@ class PoolOuterStep:
         if key[1] != merge_every:
             return None, f"the merge frequency changed ({key[1]} -> {merge_every} steps)"
         return saved, ""
-
-    def forget(self) -> None:
-        """Rounds without the outer step: the next round under it starts from the mean."""
-        if not self.path.exists():
-            return
-        try:
-            with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
-                self.path.unlink(missing_ok=True)
-        except TimeoutError:
-            pass  # kept: its round falls behind, and the next step starts again from the mean
 
 
 def _stepped(saved: _Saved, lr: float, momentum: float, names: list[str]) -> OuterState:

@@ -50,6 +50,16 @@ class PoolRule:
         except TimeoutError:
             return own, f"the pool's rule file stayed locked for {self.timeout_s:g} s: own rule"
 
+    def plain_since(self, round_: int) -> int | None:
+        """The newest round before `round_` that this pool merged without the outer step, of
+        those the file keeps (None: none of them)."""
+        try:
+            with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
+                rounds = self._read()
+        except TimeoutError:
+            rounds = {}
+        return max((r for r, rule in rounds.items() if r < round_ and not rule.outer), default=None)
+
     def _read(self) -> dict[int, MergeRule]:
         """This pool's rules by round ({} when none, another pool's, or damaged)."""
         try:

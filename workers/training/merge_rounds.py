@@ -226,8 +226,9 @@ class MergeRounds:
             return
         files = self.collective is None and bool(others or self.backend.down)
         rule, notes = MergeRule.of(agent.cfg), []
-        if files:  # processes of one pool merge a round under one rule
-            rule, said = self._guarded(lambda: self._pool_rule().for_round(round_, rule))
+        ledger = PoolRule(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
+        if self.collective is None:  # the processes of one pool merge a round under one rule
+            rule, said = self._guarded(lambda: ledger.for_round(round_, rule))
             notes += [said] if said else []
         outer = None
         if rule.outer and self.collective is None:  # a torchrun job refuses the knobs
@@ -235,15 +236,13 @@ class MergeRounds:
 
             def outer(mean: State, parts: list[Part]) -> State:
                 names = rule.stepped(mean)
-                lr, mu = rule.outer_lr, rule.outer_momentum
+                lr, mu, plain = rule.outer_lr, rule.outer_momentum, ledger.plain_since(round_)
                 done: OuterRound = self._guarded(
-                    lambda: step(mean, parts, round_, merge_every, lr, mu, names)
+                    lambda: step(mean, parts, round_, merge_every, lr, mu, names, plain)
                 )
                 notes.extend([done.note] if done.note else [])
                 return done.weights
 
-        elif files:  # rounds without the outer step: the next under it starts from the mean
-            PoolOuterStep(self.backend.dir, self.pool, self.specs[0].merge_timeout_s).forget()
         if pack is None:  # every rank takes part in the collective: this one with nothing
             shapes = agent.model_state(self.merging[0])
             mean = {k: v for k, v in shapes.items() if v.is_floating_point()}
@@ -310,9 +309,6 @@ class MergeRounds:
             )
             self._log_merging(merge)
         self.set(merges=self.merges)
-
-    def _pool_rule(self) -> PoolRule:
-        return PoolRule(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
 
     def _published(self, merged: State, rule: MergeRule, good: list[int], bad: list[int]) -> State:
         """What the pool publishes (merged.pt): the merged weights, or with the policy kept
