@@ -231,13 +231,14 @@ class PackState:
         return float(states[0]["step"]) if states else 0.0
 
     def _keep_own_steps(self, worker: int, before: float, own: float | None) -> None:
-        """After `worker` took a saved Adam state of `own` steps (None: none saved): the pack
+        """After `worker` took a saved Adam state of `own` steps (None: none yet): the pack
         counts its furthest worker's steps, so each worker whose own count is below it keeps
         that count as an offset (step_offset), as a worker reset alone does. Without this a
         worker reset before a checkpoint would resume under the pack's bias correction (3.2x
         too large a step 100 updates after its reset)."""
-        if self.pack == 1 or own is None:
+        if self.pack == 1:
             return
+        own = 0.0 if own is None else own  # saved before its first update: a new Adam's
         after = self._adam_steps()
         offset = torch.zeros(self.pack, device=self.device)
         if self.step_offset is not None:
