@@ -81,6 +81,8 @@ BAD_INPUT = [
         ["5 workers left for the lanes without workers=", "2 equal replicas"],
     ),
     (["--merge-pull", "0.5", "--outer-lr", "0.7"], ["merge_pull 0.5 does not go with the outer"]),
+    (["--race-minutes", "0", "--lane=iterations=1", "--lane="], ["--race-minutes must be above 0"]),
+    (["--race-minutes", "30"], ["--race-minutes times a race", "--lane"]),
     (
         ["--device", "cuda"] if not os.path.exists("/dev/nvidia0") else ["--device", "tpu"],
         ["device"],

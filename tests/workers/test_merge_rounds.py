@@ -2,6 +2,7 @@
 agent, the file backend in a temporary run directory, and the other processes' side as the
 files they would have written (no process is started)."""
 
+import dataclasses
 import threading
 
 import pytest
@@ -312,3 +313,26 @@ def test_a_worker_coming_after_a_promotion_and_a_merge_takes_the_pools_newest_we
     assert late.follow(store.read_record())
     assert same(trainer.weights(0), shifted(own, 2.0))
     assert late.pool_state() == {"pool": version, "lane": None, "pool_base": 95}
+
+
+def test_a_promoted_lane_that_keeps_its_policies_hands_on_one_workers_own(tmp_path):
+    """merge_policy off in the winning lane (a pack of workers 0 and 1): the promotion's
+    weights are worker 0's as it would hold them after a last round, its own policy with the
+    lane's mean world model, never an average of two policies that never shared weights."""
+    cfg = dataclasses.replace(CFG, merge_policy=False)
+    layout = ((0, 1), (2,))
+    make_run(tmp_path, cfg, RunSettings(workers=3), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    trainer = FakeTrainer(cfg, tmp_path, [0, 1])
+    specs = [worker_spec(tmp_path, cfg, w, (0, 1, 2), merge_timeout_s=5) for w in (0, 1)]
+    rounds = MergeRounds(specs, trainer, lambda **_: None, lambda: False)
+    rounds.follow(store.read_record())
+    trainer.set_weights(1, shifted(trainer.weights(1), 0.5))
+    own = [trainer.weights(k) for k in (0, 1)]
+    version = store.promote(cfg, 0)
+    assert rounds.follow(store.read_record())
+    promoted = load_state(promoted_path(tmp_path, version))["model"]
+    for name, value in promoted.items():
+        mean = (own[0][name] + own[1][name]) / 2
+        expected = own[0][name] if name.startswith("pi.") else mean
+        assert torch.allclose(value, expected, atol=1e-6), name
