@@ -435,3 +435,18 @@ def test_replicas_of_lanes_without_a_size_are_equal_or_refused():
     assert deal_lanes(range(9), sized, 3) == ((0,), (1,), (2,), (3, 4), (5, 6), (7, 8))
     with pytest.raises(ConfigError, match="do not split into 2 equal replicas"):
         check_race(RunSettings(workers=5), [Lane(), Lane()], 2)
+
+
+def test_a_races_length_is_kept_in_its_record_and_its_history(tmp_path):
+    """The race's length (its verdict's time) travels with its lanes: knobs.json, and the
+    history that rebuilds a damaged one; a length of 0 is refused with nothing written."""
+    cfg = tiny(100)
+    store = KnobStore(tmp_path)
+    store.initialise(cfg, 10)
+    with pytest.raises(ConfigError, match="race_minutes must be a number of minutes above 0"):
+        store.start_race(cfg, ((0,), (1,)), (Lane(), Lane()), race_minutes=0)
+    assert store.read_record().version == 0
+    store.start_race(cfg, ((0,), (1,)), (Lane(), Lane()), race_minutes=30)
+    assert store.read_record().race_minutes == 30
+    (tmp_path / "knobs.json").write_text("{damaged")
+    assert store.last_good_record(cfg).race_minutes == 30
