@@ -59,7 +59,7 @@ def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
         backend = FileMergeBackend(tmp, list(range(workers)), timeout_s=5)
         outer = PoolOuterStep(backend.dir, pool=0)
         round_ = 0
-        for repeat in range(repeats):
+        for _ in range(repeats):
             for name, rule in MERGE_RULES.items():
                 round_ += 1
                 for other in range(1, workers):
@@ -67,12 +67,13 @@ def merge_benchmark(cfg: Config, workers: int, repeats: int) -> dict:
                 # The outer step's rounds follow on each other (from the second, a full step).
                 step = partial(
                     outer,
-                    round_=repeat,
+                    round_=round_,
                     merge_every=1,
                     lr=rule.outer_lr,
                     momentum=rule.outer_momentum,
+                    names=rule.stepped(state),
                 )
-                step = step if rule.outer else None
+                step = (lambda mean, parts, s=step: s(mean, parts).weights) if rule.outer else None
                 start = time.perf_counter()
                 result = backend.merge(0, round_, state, rule=step)
                 agent.assign(result.merged, [0], (), rule.pull, rule.kept(list(result.merged)))

@@ -133,6 +133,8 @@ class PoolOuterStep:
                 momentum=None if saved.before is None else _cpu(saved.before.momentum),
             )
             save_state(self.path, payload)
+        if not saved.counted:  # nothing of this round brought (never from a merge round)
+            return OuterRound(dict(mean), note)
         full = _divided(saved)
         if saved.before is None:
             return OuterRound({**mean, **full}, note)
