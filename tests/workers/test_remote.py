@@ -278,6 +278,7 @@ def test_commands_are_checked_as_the_run_checks_them(served, tmp_path):
         RemoveWorker(2),
         RestartWorker(),
         StartRace((Lane({"horizon": 1}, size=2), Lane(size=1, merges=False)), replicas=3),
+        StartRace((Lane(), Lane()), minutes=30.5),
         Promote(1, weights=False, replica=2),
     ],
 )

@@ -116,6 +116,10 @@ def decode_command(data: object) -> Command:
             values[name] = _typed(name, value, bool)
         elif name in ("lane", "worker") and value is None:
             values[name] = None
+        elif name == "minutes":  # a race's length: any number (RaceControl refuses <= 0)
+            if type(value) not in (int, float):
+                raise ValueError(f"minutes must be a number, got {value!r}")
+            values[name] = float(value)
         else:
             values[name] = _typed(name, value, int)
     return kind(**values)
