@@ -45,7 +45,9 @@ class Model:
     noise_sd: float = 0.15  # episode to episode
 
 
-def worker_episodes(rng: np.random.Generator, m: Model, shared: np.ndarray, grid: np.ndarray):
+def worker_episodes(
+    rng: np.random.Generator, m: Model, shared: np.ndarray, grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(times, returns) of one worker's episodes in seconds from the race's start."""
     period = m.episode_s * (1 + m.speed_sd * rng.standard_normal())
     times = np.arange(m.first_episode_s, m.minutes * 60, max(period, 1.0))
@@ -66,7 +68,9 @@ def _wander(rng: np.random.Generator, grid: np.ndarray, sd: float, tau: float) -
     return path
 
 
-def scores(times: np.ndarray, returns: np.ndarray, start: float, looks: np.ndarray):
+def scores(
+    times: np.ndarray, returns: np.ndarray, start: float, looks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """A worker's race score at each look (nan before its first episode), and its episodes by
     then: the smoothed return less the starting level, averaged over the time since the race
     began (0 before the first episode), the last value held until the look."""
@@ -82,7 +86,7 @@ def scores(times: np.ndarray, returns: np.ndarray, start: float, looks: np.ndarr
     return np.where(seen, held / np.maximum(looks, 1e-9), np.nan), last + 1
 
 
-def leads_at(race: list, looks: np.ndarray) -> np.ndarray:
+def leads_at(race: list[tuple[np.ndarray, np.ndarray]], looks: np.ndarray) -> np.ndarray:
     """Whether the table would say "lane X leads" at each look (the test at every look)."""
     start = float(np.mean([returns[0] for _, returns in race]))  # the first episodes' level
     scored = [scores(times, returns, start, looks) for times, returns in race]
@@ -94,7 +98,7 @@ def leads_at(race: list, looks: np.ndarray) -> np.ndarray:
     return clear & (episodes.min(0) >= MIN_EPISODES)
 
 
-def a_a_race(rng: np.random.Generator, m: Model) -> list:
+def a_a_race(rng: np.random.Generator, m: Model) -> list[tuple[np.ndarray, np.ndarray]]:
     """Two lanes of one setting, REPLICAS each: lane l's replica r is race[l * REPLICAS + r]."""
     grid = np.arange(0.0, m.minutes * 60 + 60, 30.0)
     shared = [_wander(rng, grid, m.shared_sd, m.seed_wander_s) for _ in range(REPLICAS)]
