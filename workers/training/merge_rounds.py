@@ -165,7 +165,7 @@ class MergeRounds:
                             t.step,
                             members,
                             tuple(own),
-                            publish=False,  # promoted.pt holds it; the lane's last stays
+                            publish=source is None,  # a kept policy: the lane's last stays
                         )
                     )
                 except MergeCancelled:
