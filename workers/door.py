@@ -44,6 +44,7 @@ from workers.race.text import (
 )
 from workers.remote.connected import ConnectedRun
 from workers.remote.server import RunServer
+from workers.remote.wire import split_url, token_from
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -101,6 +102,8 @@ __all__ = [
     "resumable",
     "ConnectedRun",
     "RunServer",
+    "split_url",
+    "token_from",
     "OWNED",
     "Wording",
     "served_notice",

@@ -21,6 +21,7 @@ from workers.rundir.knob_record import KnobStore
 from workers.rundir.paths import CONFIG, RUN, metrics_name
 
 PAIRED_SEEDS = 1_000_000  # paired environment seeds start here, past every worker's own
+MAX_WORKERS = 256  # a process each (or a pack's share of one): beyond, a typo or an attack
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ class RunSettings:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
         object.__setattr__(self, "apart", tuple(self.apart))
         object.__setattr__(self, "lanes", tuple(tuple(lane) for lane in self.lanes))
-        if self.workers < 1:
-            raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers must be in [1, {MAX_WORKERS}], got {self.workers}")
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ConfigError(f"replicas must be at least 1, got {self.replicas!r}")
         if self.merge_every < 1:

@@ -1,0 +1,180 @@
+"""The run server's door: one thread accepts every connection and holds it, without a thread of
+its own, until its request head has arrived; only then does one of a few handler threads take
+it (server.py), and that thread checks the token before anything else.
+
+So whatever others send, the token holder gets in: at most `max_waiting` connections wait for
+their heads (the oldest is closed when another comes), each at most `head_deadline_s`
+(slowloris), a head at most `max_head` bytes (431); at most `handlers` threads answer, with at
+most `queued` complete heads waiting for them (503 beyond); when the process runs out of file
+descriptors the door closes the oldest waiting connection and pauses instead of spinning. The
+rules of uvicorn and aiohttp (connection limits, header deadlines), kept with the standard
+library: neither bounds the connections that have not yet sent a head.
+"""
+
+from __future__ import annotations
+
+import errno
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+# The end of a head: a blank line (http.server also takes bare LF line ends).
+HEAD_ENDS = (b"\r\n\r\n", b"\n\n", b"\n\r\n")
+OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_waiting: int = 64  # connections whose head has not arrived
+    head_deadline_s: float = 5.0  # from accept to the head's end
+    max_head: int = 16 * 1024  # request line and headers (a window's are ~300 bytes)
+    handlers: int = 8  # threads answering requests
+    queued: int = 32  # complete heads waiting for a handler
+
+
+def answer_and_close(sock: socket.socket, status: int, reason: str) -> None:
+    """A short JSON error sent without waiting (the socket's buffer takes it), then closed."""
+    body = f'{{"error": "{reason}"}}'.encode()
+    head = (
+        f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    try:
+        sock.setblocking(False)
+        sock.send(head + body)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+class Gate:
+    """Accept on `listener` until `stop`; each complete head goes to `handle(sock, head)` in a
+    handler thread (the socket then blocking, `io_timeout_s` per read or write)."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        handle: Callable[[socket.socket, bytes], None],
+        limits: Limits | None = None,
+        io_timeout_s: float = 30.0,
+    ) -> None:
+        self.listener, self.handle, self.io_timeout_s = listener, handle, io_timeout_s
+        self.limits = limits or Limits()
+        listener.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ)
+        self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first
+        self._pool = ThreadPoolExecutor(self.limits.handlers, thread_name_prefix="run-server")
+        self._busy = 0  # heads handed over and not yet answered
+        self._busy_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self.evicted = 0  # waiting connections closed for a newer one or descriptors
+        self.expired = 0  # closed at the head deadline
+
+    def serve(self) -> None:
+        while not self._stopped.is_set():
+            for key, _ in self._selector.select(timeout=0.25):
+                if key.fileobj is self.listener:
+                    self._accept()
+                else:
+                    self._read_head(key.fileobj)  # type: ignore[arg-type]
+            self._expire()
+        for sock in list(self._waiting):
+            self._drop(sock)
+        self._selector.close()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst, then the waiting heads get their turn
+            try:
+                sock, _addr = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as err:
+                if err.errno in OUT_OF_DESCRIPTORS:
+                    # The pending connection stays in the kernel's queue: free a descriptor
+                    # by closing the oldest waiting connection, and pause rather than spin.
+                    if self._waiting:
+                        self._evict_oldest()
+                    time.sleep(0.05)
+                return
+            if len(self._waiting) >= self.limits.max_waiting:
+                self._evict_oldest()
+            sock.setblocking(False)
+            self._waiting[sock] = (time.monotonic() + self.limits.head_deadline_s, bytearray())
+            self._selector.register(sock, selectors.EVENT_READ)
+
+    def _read_head(self, sock: socket.socket) -> None:
+        deadline, head = self._waiting[sock]
+        try:
+            chunk = sock.recv(self.limits.max_head + 1 - len(head))
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the other side closed it
+            self._drop(sock)
+            return
+        head += chunk
+        if any(end in head for end in HEAD_ENDS):
+            self._unwait(sock)
+            self._hand_over(sock, bytes(head))
+        elif len(head) > self.limits.max_head:
+            self._unwait(sock)
+            answer_and_close(sock, 431, "Request Header Fields Too Large")
+
+    def _hand_over(self, sock: socket.socket, head: bytes) -> None:
+        with self._busy_lock:
+            full = self._busy >= self.limits.handlers + self.limits.queued
+            if not full:
+                self._busy += 1
+        if full:
+            answer_and_close(sock, 503, "Service Unavailable")
+            return
+        sock.setblocking(True)
+        sock.settimeout(self.io_timeout_s)
+        self._pool.submit(self._run, sock, head)
+
+    def _run(self, sock: socket.socket, head: bytes) -> None:
+        try:
+            self.handle(sock, head)
+        except Exception:
+            pass  # the handler answers what it can; a broken connection is the client's to retry
+        finally:
+            try:
+                sock.close()
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for sock, (deadline, _) in list(self._waiting.items()):
+            if deadline > now:
+                break  # oldest first: the rest came later
+            self.expired += 1
+            self._unwait(sock)
+            answer_and_close(sock, 408, "Request Timeout")
+
+    def _evict_oldest(self) -> None:
+        self.evicted += 1
+        self._drop(next(iter(self._waiting)))
+
+    def _unwait(self, sock: socket.socket) -> None:
+        self._selector.unregister(sock)
+        del self._waiting[sock]
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._unwait(sock)
+        sock.close()

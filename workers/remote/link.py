@@ -1,0 +1,98 @@
+"""A connected window's requests to a run server: http.client, so no proxy from the environment
+ever sees the token and no redirect is followed (another host would get it); every answer's
+body is read up to a bound given with the request, never further.
+
+A server that answers nothing, or breaks off, is `LinkDown` (the window shows what arrived and
+tries again); one whose answer is malformed or larger than asked is `BrokenAnswer` (a line in
+the status bar; the file is skipped)."""
+
+from __future__ import annotations
+
+import http.client
+import zlib
+from dataclasses import dataclass
+from email.message import Message
+from urllib.parse import urlsplit
+
+TIMEOUT_S = 10.0
+
+
+class LinkDown(Exception):
+    """The server answers nothing, or broke off an answer; `sent`: the request went out (a
+    command may have been carried out)."""
+
+    def __init__(self, why: str, sent: bool = True) -> None:
+        super().__init__(why)
+        self.sent = sent
+
+
+class BrokenAnswer(ValueError):
+    """The server's answer is not what the protocol says (too large, a header missing)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Message
+    body: bytes
+
+    def header_int(self, name: str) -> int:
+        """An integer header, or BrokenAnswer."""
+        value = self.headers.get(name, "")
+        if not value.isdigit() or len(value) > 20:
+            raise BrokenAnswer(f"the answer's {name} is missing or not a number")
+        return int(value)
+
+
+class Link:
+    def __init__(self, base: str, token: str, timeout: float = TIMEOUT_S) -> None:
+        parts = urlsplit(base)
+        self.base, self.host, self.port = base, parts.hostname or "", parts.port or 80
+        self._token, self.timeout = token, timeout
+
+    def ask(
+        self,
+        path: str,
+        limit: int,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        """GET `path` (POST with `body`), its answer's body at most `limit` bytes."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            connection.connect()
+        except OSError as err:  # nothing reached the server
+            connection.close()
+            raise LinkDown(err.strerror or str(err) or type(err).__name__, sent=False) from None
+        try:
+            connection.request(
+                "GET" if body is None else "POST",
+                path,
+                body=body,
+                headers={"Authorization": f"Bearer {self._token}", **(headers or {})},
+            )
+            answer = connection.getresponse()
+            length = answer.headers.get("Content-Length")
+            if length is not None and (not length.isdigit() or int(length) > limit):
+                raise BrokenAnswer(f"an answer of {length[:20]} bytes, over the {limit:,} asked")
+            data = answer.read(limit + 1)
+            if len(data) > limit:
+                raise BrokenAnswer(f"an answer over the {limit:,} bytes asked")
+            return Answer(answer.status, answer.headers, data)
+        except (OSError, http.client.HTTPException) as err:
+            raise LinkDown(str(getattr(err, "reason", err)) or type(err).__name__) from None
+        finally:
+            connection.close()
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """`data` decompressed, at most `limit` bytes (BrokenAnswer beyond, or if damaged): a small
+    answer cannot unpack into the window's whole memory."""
+    unpack = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = unpack.decompress(data, limit)
+    except zlib.error as err:
+        raise BrokenAnswer(f"a compressed answer that does not unpack ({err})") from None
+    if unpack.unconsumed_tail or not unpack.eof:
+        raise BrokenAnswer(f"a compressed answer over {limit:,} bytes unpacked, or cut short")
+    return out
