@@ -20,8 +20,15 @@ THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
 torch.set_num_threads(int(os.environ.get("TDMPC2_LIVE_TEST_THREADS", THREADS)))
 
 from agent.config import make_config  # noqa: E402
+from agent.envs import name_task  # noqa: E402
 from workers.rundir.directory import RunDir  # noqa: E402
 from workers.rundir.records import Record  # noqa: E402
+
+
+# The gymnasium modules the tests train on, named as a person names one with --task (a task
+# read from a run directory imports only a named module: agent/envs/gym.py).
+for _module in ("helpers.slide_env", "helpers.broken_env", "helpers.exiting_env", "nope_pkg"):
+    name_task(f"{_module}:Any-v0")
 
 
 def tiny_config(**overrides):

@@ -14,6 +14,7 @@ library: neither bounds the connections that have not yet sent a head.
 from __future__ import annotations
 
 import errno
+import queue
 import selectors
 import socket
 import threading
@@ -36,20 +37,17 @@ class Limits:
     queued: int = 32  # complete heads waiting for a handler
 
 
-def answer_and_close(sock: socket.socket, status: int, reason: str) -> None:
-    """A short JSON error sent without waiting (the socket's buffer takes it), then closed."""
+LINGER_S = 2.0  # a closed connection's unread input is read and dropped this long, at most
+MAX_LINGERING = 256
+
+
+def error_answer(status: int, reason: str) -> bytes:
     body = f'{{"error": "{reason}"}}'.encode()
     head = (
         f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
-    try:
-        sock.setblocking(False)
-        sock.send(head + body)
-    except OSError:
-        pass
-    finally:
-        sock.close()
+    return head + body
 
 
 class Gate:
@@ -69,6 +67,10 @@ class Gate:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ)
         self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first
+        # Answered connections whose input is read and dropped before they close: closing a
+        # socket with unread input resets it, and the other side may lose the answer.
+        self._lingering: dict[socket.socket, float] = {}
+        self._answered: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(self.limits.handlers, thread_name_prefix="run-server")
         self._busy = 0  # heads handed over and not yet answered
         self._busy_lock = threading.Lock()
@@ -78,13 +80,17 @@ class Gate:
 
     def serve(self) -> None:
         while not self._stopped.is_set():
-            for key, _ in self._selector.select(timeout=0.25):
+            for key, _ in self._selector.select(timeout=0.1):
                 if key.fileobj is self.listener:
                     self._accept()
+                elif key.fileobj in self._lingering:
+                    self._drain(key.fileobj)  # type: ignore[arg-type]
                 else:
                     self._read_head(key.fileobj)  # type: ignore[arg-type]
+            while not self._answered.empty():
+                self._linger(self._answered.get())
             self._expire()
-        for sock in list(self._waiting):
+        for sock in [*self._waiting, *self._lingering]:
             self._drop(sock)
         self._selector.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -132,7 +138,7 @@ class Gate:
             self._hand_over(sock, bytes(head))
         elif len(head) > self.limits.max_head:
             self._unwait(sock)
-            answer_and_close(sock, 431, "Request Header Fields Too Large")
+            self._refuse(sock, 431, "Request Header Fields Too Large")
 
     def _hand_over(self, sock: socket.socket, head: bytes) -> None:
         with self._busy_lock:
@@ -140,7 +146,7 @@ class Gate:
             if not full:
                 self._busy += 1
         if full:
-            answer_and_close(sock, 503, "Service Unavailable")
+            self._refuse(sock, 503, "Service Unavailable")
             return
         sock.setblocking(True)
         sock.settimeout(self.io_timeout_s)
@@ -152,11 +158,9 @@ class Gate:
         except Exception:
             pass  # the handler answers what it can; a broken connection is the client's to retry
         finally:
-            try:
-                sock.close()
-            finally:
-                with self._busy_lock:
-                    self._busy -= 1
+            with self._busy_lock:
+                self._busy -= 1
+            self._answered.put(sock)  # the door closes it once its input is read
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -165,7 +169,42 @@ class Gate:
                 break  # oldest first: the rest came later
             self.expired += 1
             self._unwait(sock)
-            answer_and_close(sock, 408, "Request Timeout")
+            self._refuse(sock, 408, "Request Timeout")
+        for sock, deadline in list(self._lingering.items()):
+            if deadline > now:
+                break
+            self._drop(sock)
+
+    def _refuse(self, sock: socket.socket, status: int, reason: str) -> None:
+        """A short JSON error, sent without waiting (the socket's buffer takes it)."""
+        try:
+            sock.send(error_answer(status, reason))
+        except OSError:
+            pass
+        self._linger(sock)
+
+    def _linger(self, sock: socket.socket) -> None:
+        """Close `sock` once the other side has closed too, or after LINGER_S."""
+        try:
+            sock.setblocking(False)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            sock.close()
+            return
+        if len(self._lingering) >= MAX_LINGERING:
+            self._drop(next(iter(self._lingering)))
+        self._lingering[sock] = time.monotonic() + LINGER_S
+        self._selector.register(sock, selectors.EVENT_READ)
+
+    def _drain(self, sock: socket.socket) -> None:
+        try:
+            if sock.recv(65536):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._drop(sock)
 
     def _evict_oldest(self) -> None:
         self.evicted += 1
@@ -176,5 +215,8 @@ class Gate:
         del self._waiting[sock]
 
     def _drop(self, sock: socket.socket) -> None:
-        self._unwait(sock)
+        """Close a waiting or lingering connection."""
+        self._selector.unregister(sock)
+        self._waiting.pop(sock, None)
+        self._lingering.pop(sock, None)
         sock.close()

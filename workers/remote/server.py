@@ -223,6 +223,7 @@ class _HeadThenSocket(RawIOBase):
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"{SERVER_NAME}/{PROTOCOL}"
     protocol_version = "HTTP/1.0"  # one request per connection: the gate reads every head
+    default_request_version = "HTTP/1.0"  # a malformed request line still gets a status line
 
     def __init__(self, sock: socket.socket, head: bytes, run_server: RunServer) -> None:
         self.head, self.run_server, self._answered = head, run_server, False
@@ -244,8 +245,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (a bad request line, too many headers) as JSON; a method
-        it does not know is 405, not 501: the request is what is wrong."""
+        it does not know is 405, not 501, and any other 5xx a 400: the request is what is
+        wrong."""
         code = HTTPStatus.METHOD_NOT_ALLOWED if code == HTTPStatus.NOT_IMPLEMENTED else code
+        code = HTTPStatus.BAD_REQUEST if code >= 500 else code  # HTTP/2.0 asked: still a 4xx
         self.close_connection = True
         self._send_json(HTTPStatus(code), {"error": printable(message or HTTPStatus(code).phrase)})
 

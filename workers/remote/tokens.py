@@ -74,10 +74,11 @@ def read_tokens(run_path: Path) -> Tokens | None:
             f"{path}: not opened ({err.strerror or err}; a symbolic link is never followed): "
             "remove it and serve again"
         ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UserError(f"{path} is not a regular file: remove it and serve again")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{path} is not a regular file: remove it and serve again")
         if st.st_uid != os.geteuid():
             raise UserError(f"{path} belongs to another user: remove it and serve again")
         if st.st_mode & 0o077:
