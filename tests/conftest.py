@@ -24,7 +24,6 @@ from agent.envs import name_task  # noqa: E402
 from workers.rundir.directory import RunDir  # noqa: E402
 from workers.rundir.records import Record  # noqa: E402
 
-
 # The gymnasium modules the tests train on, named as a person names one with --task (a task
 # read from a run directory imports only a named module: agent/envs/gym.py).
 for _module in ("helpers.slide_env", "helpers.broken_env", "helpers.exiting_env", "nope_pkg"):

@@ -68,6 +68,15 @@ def check_task_named(task: str) -> None:
         )
 
 
+def check_record_task(task: str) -> None:
+    """A task read from a run directory: ConfigError unless its module (if any) was named
+    here, then imported now, so that a module that may not be imported is refused in one line
+    here, not in each process started later."""
+    check_task_named(task)
+    if task.rpartition(":")[0]:
+        gym_spec(task)
+
+
 def in_run_directory(path: str | os.PathLike) -> bool:
     """Whether `path` lies in a run directory or a window's copy of one (RUN_MARKERS)."""
     here = Path(path).resolve()

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from filelock import FileLock, Timeout
 
 from agent.config import Config
-from agent.envs import check_task_named
+from agent.envs import check_record_task
 from agent.errors import UserError
 from workers.remote.mirror import Mirror
 from workers.remote.wire import REMOTE_COMMANDS, split_url, token_from
@@ -120,7 +120,7 @@ class ConnectedRun(AttachedRun):
             link.wants = lambda path: wanted(path, -1, merged.exists())
             link.first_copy()
             cfg, settings = read_record(link.folder)
-            check_task_named(cfg.task)
+            check_record_task(cfg.task)
             run = cls(link.folder, cfg, settings, link)
             run._check_knob_history()
         except BaseException:

@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from agent.config import Config
-from agent.envs import check_task, check_task_named, name_task
+from agent.envs import check_record_task, check_task, name_task
 from agent.errors import UserError
 from workers.merging.files import write_members
 from workers.race.control import check_race
@@ -70,7 +70,7 @@ def resumable(path: str | Path) -> tuple[Config, RunSettings]:
     there, a torchrun job's run, W&B logs without wandb installed). Reads only."""
     path = Path(path)
     cfg, settings = read_record(path)
-    check_task_named(cfg.task)  # a run directory is data: its task imports what you named
+    check_record_task(cfg.task)  # a run directory is data: its task imports what you named
     if settings.ranks:
         raise UserError(
             f"{path} is a torchrun job's run ({settings.ranks} ranks, their files in "
@@ -188,7 +188,7 @@ class Run(BaseRun):
         showcase work; pause, stop, checkpoint and restarts are asked of that process. Its
         task imports a module only when named here (its showcase makes the env)."""
         run = AttachedRun.open(path)
-        check_task_named(run.cfg.task)
+        check_record_task(run.cfg.task)
         return run
 
     def _write_members(self) -> None:

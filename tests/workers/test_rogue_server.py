@@ -1,0 +1,256 @@
+"""A window that connects takes nothing on trust: a rogue server (a fixture here, on loopback)
+serves a run whose task names a module it also serves, names its run `../`, answers with a gzip
+bomb, a body longer than listed, a redirect, a file replaced mid-fetch, an answer without its
+headers. Nothing is written outside the copy, nothing is imported, memory stays bounded, the
+token goes to nobody else, and the mirror's thread survives every broken answer."""
+
+import http.server
+import json
+import threading
+import tracemalloc
+import zlib
+from pathlib import Path
+
+import pytest
+from conftest import tiny_run, wait_until
+
+from agent.envs.gym import gym_spec
+from agent.errors import UserError
+from workers.remote.connected import ConnectedRun, mirrors_root
+from workers.remote.link import BrokenAnswer, Link
+from workers.remote.mirror import STATE, Mirror
+from workers.remote.wire import PROTOCOL, SERVER_NAME
+from workers.run.owner import Run, RunSettings
+
+
+class Rogue(http.server.BaseHTTPRequestHandler):
+    """Answers as `self.server.script` says: hello, a listing and files, each overridable."""
+
+    server_version = SERVER_NAME  # looks like a run server
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        script = self.server.script
+        script.setdefault("seen", []).append((self.path, dict(self.headers)))
+        if self.path == "/api/hello":
+            hello = {"server": SERVER_NAME, "protocol": PROTOCOL, "read_only": False}
+            return self.answer(200, json.dumps({**hello, "run": script.get("run", "r")}).encode())
+        if self.path == "/api/files":
+            if "listing" in script:
+                return self.answer(200, script["listing"], {"Content-Encoding": "gzip"})
+            files = [
+                {"path": p, "size": len(d), "ino": 7, "mtime": 1}
+                for p, d in script["files"].items()
+            ]
+            return self.answer(200, json.dumps({"files": files}).encode())
+        name = self.path.removeprefix("/files/")
+        data = script["bodies"].get(name, script["files"].get(name, b""))
+        headers = {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}
+        headers |= {"X-Ino": "7", "X-Mtime": "1"}
+        headers |= script.get("headers", {}).get(name, {})
+        return self.answer(script.get("status", {}).get(name, 206), data, headers)
+
+    def answer(self, status, body, headers=()):
+        self.send_response(status)
+        for key, value in dict(headers).items():
+            if value is not None:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def rogue(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rogue)
+    server.script = {"files": {}, "bodies": {}}
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.base = f"http://127.0.0.1:{server.server_port}"
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """The user's cache folder, where copies go: in the test's own folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def run_files(tmp_path: Path, task: str) -> dict[str, bytes]:
+    """A real run directory's record files, with its task changed to `task`."""
+    run = Run.create(tmp_path / "made", tiny_run(100), RunSettings(workers=2, pack=1))
+    config = json.loads((run.path / "config.json").read_text())
+    config["config"]["task"] = task
+    files = {p.name: p.read_bytes() for p in run.path.iterdir() if p.is_file()}
+    files["config.json"] = json.dumps(config).encode()
+    return {k: v for k, v in files.items() if not k.startswith(".")}
+
+
+EVIL = b"import pathlib; pathlib.Path(__import__('os').environ['MARKER']).write_text('ran')\n"
+
+
+def test_a_served_task_that_names_a_served_module_imports_nothing(rogue, tmp_path, monkeypatch):
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("MARKER", str(marker))
+    monkeypatch.chdir(tmp_path)  # the working directory, where a module would have been found
+    files = run_files(tmp_path, "evil:Evil-v0")
+    rogue.script["files"] = {**files, "evil.py": EVIL, "evil/__init__.py": EVIL}
+    with pytest.raises(UserError, match="a run directory is data") as refused:
+        ConnectedRun.connect(rogue.base + "/?token=t")
+    assert "\n" not in str(refused.value) and not marker.exists()
+    # Named by the person, the module is still never taken from the copy: it is not on
+    # Python's path, and were it put there, it lies in a run directory.
+    monkeypatch.setenv("TDMPC2_LIVE_MODULES", "evil")
+    with pytest.raises(UserError, match="cannot import 'evil'"):
+        ConnectedRun.connect(rogue.base + "/?token=t")
+    (copy,) = mirrors_root().iterdir()
+    assert (copy / "evil.py").exists()
+    monkeypatch.syspath_prepend(str(copy))
+    with pytest.raises(UserError, match="lies in a run directory"):
+        gym_spec("evil:Evil-v0")
+    assert not marker.exists()
+
+
+def test_the_copy_goes_where_the_program_says_whatever_the_server_calls_its_run(
+    rogue, tmp_path, cache
+):
+    rogue.script["run"] = "../../../escape"
+    rogue.script["files"] = run_files(tmp_path, "cartpole-balance")
+    run = ConnectedRun.connect(rogue.base + "/?token=t")
+    try:
+        assert run.path.parent == mirrors_root() and run.path.is_relative_to(cache)
+        assert ".." not in run.path.name and "/" not in run.path.name
+        assert not (tmp_path / "escape").exists() and not (cache / "escape").exists()
+        # A second window on this machine keeps a copy of its own (the first holds its lock)
+        second = ConnectedRun.connect(rogue.base + "/?token=t")
+        try:
+            assert second.path != run.path and second.path.parent == run.path.parent
+        finally:
+            second.stop()
+    finally:
+        run.stop()
+
+
+def test_no_body_longer_than_listed_no_bomb_no_flood_of_files(rogue, tmp_path):
+    rogue.script["files"] = {"weights.pt": b"w" * 1000}
+    rogue.script["bodies"] = {"weights.pt": b"w" * 8_000_000}  # 8 MB for 1,000 listed
+    rogue.script["headers"] = {"weights.pt": {"Content-Range": "bytes 0-999/1000"}}
+    notes: list[str] = []
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror._note = notes.append
+    mirror.first_copy()
+    assert not (tmp_path / "copy" / "weights.pt").exists()
+    assert any("weights.pt" in n and "broken" in n for n in notes)
+    # A listing of well under 1 MB that would unpack to 640 MB
+    pack = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    spaces = b" " * 1_000_000
+    bomb = pack.compress(b'{"files": [') + b"".join(pack.compress(spaces) for _ in range(640))
+    bomb += pack.compress(b"]}") + pack.flush()
+    assert len(bomb) < 1_000_000
+    rogue.script["listing"] = bomb
+    tracemalloc.start()
+    mirror.sync()  # a broken listing: a note, no exception, nothing fetched
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 200_000_000, f"{peak / 1e6:.0f} MB held for a {len(bomb) / 1e3:.0f} KB answer"
+    assert any("listing" in n for n in notes)
+    # More files than a copy holds
+    del rogue.script["listing"]
+    rogue.script["files"] = {f"f{i}.jsonl": b"" for i in range(60)}
+    mirror.max_files = 50
+    mirror._etag = ""
+    mirror.sync()
+    assert not (tmp_path / "copy" / "f0.jsonl").exists()
+    # More bytes than a copy holds: the files over the cap are left out, with a note
+    rogue.script["files"] = {f"g{i}.npz": b"x" * 100 for i in range(5)}
+    mirror.max_files, mirror.max_total = 50, 250
+    mirror.sync()
+    held = sorted(p.name for p in (tmp_path / "copy").glob("g*.npz"))
+    assert len(held) == 2 and any("the copy's cap" in n for n in notes)
+
+
+def test_an_appended_piece_from_a_replaced_file_is_never_spliced(rogue, tmp_path):
+    rogue.script["files"] = {"worker-0.jsonl": b"line 1\n"}
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror.first_copy()
+    # The file grows on the server, but the piece comes from another file (another inode):
+    # the copy keeps what it had and fetches the file whole next time.
+    rogue.script["files"] = {"worker-0.jsonl": b"line 1\nline 2\n"}
+    rogue.script["bodies"] = {"worker-0.jsonl": b"OTHER!\n"}
+    rogue.script["headers"] = {"worker-0.jsonl": {"X-Ino": "99", "Content-Range": "bytes 7-13/14"}}
+    mirror.sync()
+    assert (tmp_path / "copy" / "worker-0.jsonl").read_bytes() == b"line 1\n"
+    rogue.script["bodies"], rogue.script["headers"] = {}, {}
+    mirror.sync()
+    assert (tmp_path / "copy" / "worker-0.jsonl").read_bytes() == b"line 1\nline 2\n"
+
+
+def test_an_answer_without_its_headers_is_a_note_and_the_thread_goes_on(rogue, tmp_path):
+    rogue.script["files"] = {"config.json": b"{}"}
+    rogue.script["headers"] = {"config.json": {"X-Ino": None}}
+    notes: list[str] = []
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror.first_copy()
+    mirror.start(notes.append)
+    try:
+        assert wait_until(lambda: any("X-Ino" in n for n in notes), 10)
+        rogue.script["headers"] = {}
+        assert wait_until(lambda: (tmp_path / "copy" / "config.json").exists(), 10)
+        assert mirror._thread.is_alive()
+    finally:
+        mirror.stop()
+    assert json.loads((tmp_path / "copy" / STATE).read_text())["config.json"][0] == 7
+
+
+def test_the_token_goes_to_no_proxy_and_follows_no_redirect(rogue, tmp_path, monkeypatch):
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rogue)
+    other.script = {"files": {}, "bodies": {}}
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        for name in ("http_proxy", "HTTP_PROXY", "all_proxy"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{other.server_port}")
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        rogue.script["files"] = {"config.json": b"{}"}
+        rogue.script["status"] = {"config.json": 302}
+        rogue.script["headers"] = {
+            "config.json": {"Location": f"http://127.0.0.1:{other.server_port}/steal"}
+        }
+        notes: list[str] = []
+        mirror = Mirror(rogue.base, "secret-token", tmp_path / "copy")
+        mirror._note = notes.append
+        mirror.first_copy()
+        assert "seen" not in other.script  # neither as a proxy nor as a redirect's target
+        assert not (tmp_path / "copy" / "config.json").exists()
+        assert any("302" in n for n in notes)
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_a_token_given_apart_from_the_address_and_never_echoed(tmp_path, monkeypatch):
+    from workers.remote.wire import TOKEN_ENV, token_from
+
+    assert token_from("in-url") == "in-url"
+    (tmp_path / "token").write_text("from-file\n")
+    assert token_from("", str(tmp_path / "token")) == "from-file"
+    monkeypatch.setenv(TOKEN_ENV, "from-env")
+    assert token_from("") == "from-env"
+    monkeypatch.delenv(TOKEN_ENV)
+    with pytest.raises(UserError, match="no token"):
+        token_from("")
+    link = Link("http://127.0.0.1:9", "secret-token")
+    with pytest.raises(Exception) as down:
+        link.ask("/api/hello", 100)
+    assert "secret-token" not in str(down.value)
+
+
+def test_a_too_long_answer_is_refused_before_it_is_read(rogue):
+    rogue.script["files"] = {"x": b""}
+    rogue.script["bodies"] = {"x": b"y" * 5000}
+    with pytest.raises(BrokenAnswer, match="over"):
+        Link(rogue.base, "t").ask("/files/x", 100)
