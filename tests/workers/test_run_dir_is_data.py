@@ -12,7 +12,8 @@ import sys
 import pytest
 from conftest import ROOT, tiny_run
 
-from agent.envs.gym import NAMED_MODULES, gym_spec, name_task
+from agent.envs.gym import gym_spec
+from agent.envs.named import NAMED_MODULES, name_task
 from agent.errors import UserError
 from workers.run.owner import Run, RunSettings, resumable
 

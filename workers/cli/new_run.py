@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agent.agent import resolve_device
 from agent.config import Config
+from agent.envs import name_task
 from agent.errors import ConfigError, UserError
 from agent.pack.merge_rule import collective_refusal
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING, build_parser
@@ -234,6 +235,7 @@ def new_run_from_dialog(
         lane=lanes.split(";") if lanes.strip() else None,
         replicas=None if replicas == 1 else replicas,  # 1: as when the flag is left out
     )
+    name_task(task)  # typed in the dialog: a person named it
     planning = dict(CPU_PLANNING) if cpu_planning else {}
     return new_run_from_args(args, Preset(task, model_size, workers, planning), workers)
 

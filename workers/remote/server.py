@@ -17,30 +17,18 @@ never waits for a viewer, however many are connected or however slow their link 
 from __future__ import annotations
 
 import errno
-import gzip
-import hashlib
 import ipaddress
-import json
-import os
-import re
 import socket
 import threading
 from collections import deque
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
-from io import BufferedReader, RawIOBase
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from agent.errors import ConfigError, UserError, printable
 from workers.remote.gate import Gate, Limits
-from workers.remote.served import open_served, served_files
-from workers.remote.tokens import STEER, WATCH, Tokens, file_identity, run_tokens
-from workers.remote.wire import PROTOCOL, SERVER_NAME, decode_command
-
-COMMAND_BYTES = 64 * 1024  # a command is a few hundred bytes; more is not one
-CHUNK = 1 << 20
-RANGE = re.compile(r"bytes=(\d{1,19})-(\d{0,19})")  # one range; a window asks "N-" only
+from workers.remote.handler import Handler
+from workers.remote.tokens import STEER, Tokens, file_identity, run_tokens
+from workers.remote.wire import decode_command
 
 
 def is_loopback(host: str) -> bool:
@@ -83,7 +71,7 @@ class RunServer:
         self._tokens_from: tuple[int, int] | None = None
         self._commands = threading.Lock()  # one command at a time, as from one window
         self._view = None  # the run as a window sees it, made at the first command
-        self._notices: deque[str] = deque(maxlen=1000)
+        self.notes: deque[str] = deque(maxlen=1000)
         self._thread: threading.Thread | None = None
 
     def start(self, run_path: str | Path, read_only: bool = False, new_token: bool = False) -> None:
@@ -111,7 +99,7 @@ class RunServer:
             try:
                 self._tokens = run_tokens(self.root) if now is not None else self._tokens
             except UserError as err:
-                self._notice(f"tokens not read again: {err}")
+                self.note(f"tokens not read again: {err}")
             self._tokens_from = now
         return self._tokens
 
@@ -159,12 +147,12 @@ class RunServer:
     def notices(self) -> list[str]:
         """What connected windows asked since the last call, one line each."""
         lines = []
-        while self._notices:  # popleft: a line a handler thread adds now is kept for later
-            lines.append(self._notices.popleft())
+        while self.notes:  # popleft: a line a handler thread adds now is kept for later
+            lines.append(self.notes.popleft())
         return lines
 
-    def _notice(self, line: str) -> None:
-        self._notices.append(printable(line))  # never a terminal's escape sequence
+    def note(self, line: str) -> None:
+        self.notes.append(printable(line))  # never a terminal's escape sequence
 
     def carry_out(self, data: object, scope: str = STEER) -> tuple[HTTPStatus, dict]:
         """A connected window's command, checked as the window's own and carried out by the
@@ -185,220 +173,18 @@ class RunServer:
                     self._view = AttachedRun.open(self.root)
                 outcome = self._view.do(command)
             except (UserError, ConfigError) as err:
-                self._notice(f"a connected window asked {command}: refused: {err}")
+                self.note(f"a connected window asked {command}: refused: {err}")
                 return HTTPStatus.BAD_REQUEST, {"error": printable(str(err))}
             except Exception as err:  # never into the training's terminal as a traceback
-                self._notice(f"a connected window asked {command}: failed: {type(err).__name__}")
+                self.note(f"a connected window asked {command}: failed: {type(err).__name__}")
                 name = type(command).__name__
                 return HTTPStatus.INTERNAL_SERVER_ERROR, {
                     "error": f"{name} failed on the server (its terminal says more)"
                 }
         for line in outcome.notices:
-            self._notice(f"a connected window asked: {line}")
+            self.note(f"a connected window asked: {line}")
         return HTTPStatus.OK, {"notices": list(outcome.notices), "value": outcome.value}
 
     def _answer(self, sock: socket.socket, head: bytes) -> None:
         """One request on `sock`, whose head the gate has read (handler thread)."""
-        _Handler(sock, head, self)
-
-
-class _HeadThenSocket(RawIOBase):
-    """The head the gate read, then the rest of the connection (a command's body)."""
-
-    def __init__(self, head: bytes, sock: socket.socket) -> None:
-        self._head, self._sock = memoryview(head), sock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        return self._sock.recv_into(buffer)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_version = f"{SERVER_NAME}/{PROTOCOL}"
-    protocol_version = "HTTP/1.0"  # one request per connection: the gate reads every head
-    default_request_version = "HTTP/1.0"  # a malformed request line still gets a status line
-
-    def __init__(self, sock: socket.socket, head: bytes, run_server: RunServer) -> None:
-        self.head, self.run_server, self._answered = head, run_server, False
-        super().__init__(sock, ("", 0), None)
-
-    def setup(self) -> None:
-        self.connection = self.request
-        self.rfile = BufferedReader(_HeadThenSocket(self.head, self.connection))
-        self.wfile = self.connection.makefile("wb", buffering=0)
-
-    def finish(self) -> None:
-        try:
-            self.wfile.close()
-        finally:
-            self.rfile.close()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # a poll every half second per window would drown the training's lines
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own refusals (a bad request line, too many headers) as JSON; a method
-        it does not know is 405, not 501, and any other 5xx a 400: the request is what is
-        wrong."""
-        code = HTTPStatus.METHOD_NOT_ALLOWED if code == HTTPStatus.NOT_IMPLEMENTED else code
-        code = HTTPStatus.BAD_REQUEST if code >= 500 else code  # HTTP/2.0 asked: still a 4xx
-        self.close_connection = True
-        self._send_json(HTTPStatus(code), {"error": printable(message or HTTPStatus(code).phrase)})
-
-    def _send_json(self, status: HTTPStatus, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _scope(self) -> str | None:
-        """The given token's scope, or None after answering 401."""
-        given = self.headers.get("Authorization", "")
-        scope = self.run_server.tokens.scope_of(given[7:] if given.startswith("Bearer ") else None)
-        if scope is None:
-            self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "the token is missing or wrong"})
-        return scope
-
-    def do_GET(self) -> None:
-        self._guarded(self._get)
-
-    def do_POST(self) -> None:
-        self._guarded(self._post)
-
-    def _guarded(self, answer) -> None:
-        """A request the server could not answer gets a 500 that names nothing of it, and the
-        connection is never dropped without a word (a client gone mid-answer excepted)."""
-        try:
-            answer()
-        except (ConnectionError, TimeoutError):
-            self.close_connection = True
-        except Exception as err:
-            self.close_connection = True
-            self.run_server._notice(f"a request failed: {type(err).__name__}")
-            if not self._answered:
-                self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "the server failed"})
-
-    def send_response(self, code: int, message: str | None = None) -> None:
-        self._answered = True
-        super().send_response(code, message)
-
-    def _get(self) -> None:
-        scope = self._scope()
-        if scope is None:
-            return
-        server, path = self.run_server, urlsplit(self.path).path
-        if path == "/api/hello":
-            self._send_json(
-                HTTPStatus.OK,
-                {
-                    "server": SERVER_NAME,
-                    "protocol": PROTOCOL,
-                    "run": server.root.name,
-                    "read_only": server.read_only or scope == WATCH,
-                    "scope": scope,
-                },
-            )
-        elif path == "/api/files":
-            self._send_listing(json.dumps({"files": served_files(server.root)}).encode())
-        elif path.startswith("/files/"):
-            try:
-                rel = unquote(path[len("/files/") :], errors="strict")
-            except UnicodeDecodeError:
-                rel = ""  # not a name of this run's files
-            self._send_file(rel)
-        else:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such page here"})
-
-    def _post(self) -> None:
-        scope = self._scope()
-        if scope is None:
-            return
-        if urlsplit(self.path).path != "/api/command":
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "commands go to /api/command"})
-            return
-        length = self.headers.get("Content-Length", "")
-        if "Transfer-Encoding" in self.headers or not length.isdigit():
-            self._send_json(HTTPStatus.LENGTH_REQUIRED, {"error": "a command has a Content-Length"})
-            return
-        if not 0 < int(length) <= COMMAND_BYTES:
-            self._send_json(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "a command is one small JSON"}
-            )
-            return
-        body = self.rfile.read(int(length))
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
-            self._send_json(HTTPStatus.BAD_REQUEST, {"error": "a command is JSON"})
-            return
-        self._send_json(*self.run_server.carry_out(data, scope))
-
-    def _send_listing(self, data: bytes) -> None:
-        """The listing, or 304 when the window holds it already (ETag): most polls of a run
-        find nothing new. Compressed when the window takes gzip (a tenth of the bytes)."""
-        etag = f'"{hashlib.sha1(data).hexdigest()[:20]}"'
-        if self.headers.get("If-None-Match") == etag:
-            self.send_response(HTTPStatus.NOT_MODIFIED)
-            self.send_header("ETag", etag)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        gzipped = "gzip" in (self.headers.get("Accept-Encoding") or "")
-        body = gzip.compress(data, compresslevel=1) if gzipped else data
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("ETag", etag)
-        if gzipped:
-            self.send_header("Content-Encoding", "gzip")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _send_file(self, rel: str) -> None:
-        """The file, or from byte N on (Range: bytes=N- or N-M) with 206; the inode, mtime and
-        size of what was read go with it, so the window knows which version it holds."""
-        fd = open_served(self.run_server.root, rel)
-        if fd is None:
-            self._send_json(HTTPStatus.NOT_FOUND, {"error": "not a file of this run"})
-            return
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            start, end = 0, st.st_size
-            wanted = self.headers.get("Range")
-            if wanted is not None:
-                match = RANGE.fullmatch(wanted.strip())
-                if match is not None:
-                    start = int(match[1])
-                    end = min(end, int(match[2]) + 1) if match[2] else end
-                if match is None or not start <= end:
-                    self._send_json(
-                        HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
-                        {"error": "one range of bytes, within the file: bytes=N- or bytes=N-M"},
-                    )
-                    return
-            self.send_response(HTTPStatus.OK if wanted is None else HTTPStatus.PARTIAL_CONTENT)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(end - start))
-            if wanted is not None:
-                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{st.st_size}")
-            self.send_header("X-Ino", str(st.st_ino))
-            self.send_header("X-Mtime", str(st.st_mtime_ns))
-            self.send_header("X-Size", str(st.st_size))
-            self.end_headers()
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                chunk = f.read(min(CHUNK, left))
-                if not chunk:  # shrank while sent (a failed write taken back): the window
-                    break  # sees a short body and fetches the file again
-                self.wfile.write(chunk)
-                left -= len(chunk)
+        Handler(sock, head, self)
