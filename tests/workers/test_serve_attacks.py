@@ -122,6 +122,28 @@ def test_half_open_connections_never_lock_the_token_holder_out(served):
             sock.close()
 
 
+def test_connections_opened_faster_than_the_door_holds_them_never_stop_it(tmp_path):
+    """Connections evicted while their own input waits in the same turn of the door (an
+    attacker opening again as fast as the door closes): the door goes on, the holder gets in."""
+    from workers.remote.gate import Limits
+    from workers.remote.server import RunServer
+
+    run = Run.create(tmp_path / "run", tiny_run(100), RunSettings(workers=2, pack=1))
+    server = RunServer("127.0.0.1", 0, Limits(max_waiting=4))
+    server.start(run.path)
+    try:
+        for _ in range(30):
+            burst = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]
+            for sock in burst:
+                sock.sendall(b"GET / HTTP/1.1\r\n")
+            for sock in burst:
+                sock.close()
+        assert server.gate.evicted > 0 and server._thread.is_alive()
+        assert request(server.port, "GET", "/api/hello", server.tokens.watch)[0] == 200
+    finally:
+        server.stop()
+
+
 def test_a_silent_connection_is_closed_at_the_head_deadline(served):
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(b"GET /api/hello HTTP/1.1\r\n")

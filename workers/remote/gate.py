@@ -80,20 +80,27 @@ class Gate:
 
     def serve(self) -> None:
         while not self._stopped.is_set():
-            for key, _ in self._selector.select(timeout=0.1):
-                if key.fileobj is self.listener:
-                    self._accept()
-                elif key.fileobj in self._lingering:
-                    self._drain(key.fileobj)  # type: ignore[arg-type]
-                else:
-                    self._read_head(key.fileobj)  # type: ignore[arg-type]
-            while not self._answered.empty():
-                self._linger(self._answered.get())
-            self._expire()
+            try:
+                self._turn()
+            except Exception:  # never a dead door: the next turn goes on
+                time.sleep(0.05)
         for sock in [*self._waiting, *self._lingering]:
             self._drop(sock)
         self._selector.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _turn(self) -> None:
+        for key, _ in self._selector.select(timeout=0.1):
+            sock = key.fileobj
+            if sock is self.listener:
+                self._accept()
+            elif sock in self._lingering:
+                self._drain(sock)  # type: ignore[arg-type]
+            elif sock in self._waiting:  # else closed by an earlier event of this turn
+                self._read_head(sock)  # type: ignore[arg-type]
+        while not self._answered.empty():
+            self._linger(self._answered.get())
+        self._expire()
 
     def stop(self) -> None:
         self._stopped.set()
