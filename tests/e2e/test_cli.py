@@ -651,7 +651,7 @@ def test_remote_viewing_refuses_bad_input_in_one_line(tmp_path, monkeypatch):
         ),
         (["serve", str(tmp_path)], ["not a multi-worker run directory"]),
         (["serve", str(run.path), "--port", str(server.port)], ["in use"]),
-        (["--mirror", str(tmp_path / "m")], ["--mirror goes with --connect"]),
+        (["--mirror", str(tmp_path / "m")], ["--mirror and --token-file go with --connect"]),
         (["--serve", "9000"], ["--serve serves a headless run"]),
         (["--headless", "--read-only"], ["go with --serve"]),
     ]

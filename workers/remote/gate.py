@@ -30,7 +30,7 @@ OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 @dataclass(frozen=True)
 class Limits:
-    max_waiting: int = 64  # connections whose head has not arrived
+    max_waiting: int = 256  # connections whose head has not arrived
     head_deadline_s: float = 5.0  # from accept to the head's end
     max_head: int = 16 * 1024  # request line and headers (a window's are ~300 bytes)
     handlers: int = 8  # threads answering requests
@@ -127,6 +127,9 @@ class Gate:
             sock.setblocking(False)
             self._waiting[sock] = (time.monotonic() + self.limits.head_deadline_s, bytearray())
             self._selector.register(sock, selectors.EVENT_READ)
+            # A client sends its head with the connection: read it now, before a flood of
+            # newer connections can push this one out of the waiting room.
+            self._read_head(sock)
 
     def _read_head(self, sock: socket.socket) -> None:
         deadline, head = self._waiting[sock]
