@@ -152,6 +152,20 @@ def no_leftover_programs():
             proc.wait(timeout=30)
 
 
+def launch(*args, timeout=300, cwd=ROOT, env=None, drop=()) -> subprocess.CompletedProcess:
+    """`launch.py ARGS` run to its end in this Python: its exit code and output. `env`: more
+    variables; `drop`: variables of this process it does not get."""
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=cwd,
+    )
+
+
 def free_port() -> int:
     """A TCP port of this machine that nothing listens on now (a rendezvous for ranks)."""
     with socket.socket() as s:

@@ -9,22 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_FLAGS, start_program
+from conftest import TINY_FLAGS, launch, start_program
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*TINY_FLAGS, "--quiet"]
-
-
-def launch(*args, timeout=300, **kwargs):
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "launch.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=kwargs.get("cwd", ROOT),
-    )
 
 
 def batch(argvs: list[list[str]]) -> subprocess.CompletedProcess:

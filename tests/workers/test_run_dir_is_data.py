@@ -5,12 +5,11 @@ beside launch.py being on Python's path); the working directory is put on the pa
 a task a person named."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, tiny_run
+from conftest import launch, tiny_run
 
 from agent.envs.gym import gym_spec
 from agent.envs.named import NAMED_MODULES, name_task
@@ -31,17 +30,9 @@ def planted_run(folder, task: str):
     return run.path
 
 
-def launch(*args: str, cwd, marker) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != NAMED_MODULES}  # nothing named before
-    env |= {"TDMPC2_LIVE_NO_BOOTSTRAP": "1", "MARKER": str(marker), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "launch.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
+def launch_unnamed(*args: str, cwd, marker) -> subprocess.CompletedProcess:
+    """launch.py in a process where no module was named before."""
+    return launch(*args, cwd=cwd, env={"MARKER": str(marker)}, drop=(NAMED_MODULES,))
 
 
 @pytest.fixture
@@ -53,14 +44,14 @@ def test_resume_and_montage_of_a_run_naming_a_module_refuse_in_one_line(tmp_path
     marker = tmp_path / "marker"
     path = planted_run(tmp_path / "runs" / "r1", "runs.r1.evil:Evil-v0")
     for args in (["--headless", "--resume", str(path)], ["montage", str(path)]):
-        result = launch(*args, cwd=tmp_path, marker=marker)
+        result = launch_unnamed(*args, cwd=tmp_path, marker=marker)
         assert result.returncode == 2, (args, result.stderr)
         assert "a run directory is data" in result.stderr and "--task" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert not marker.exists()
     # Named again, the module is still refused: it lies in a run directory.
     named = ["--headless", "--resume", str(path), "--task", "runs.r1.evil:Evil-v0"]
-    result = launch(*named, cwd=tmp_path, marker=marker)
+    result = launch_unnamed(*named, cwd=tmp_path, marker=marker)
     assert result.returncode == 2 and "lies in a run directory" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not marker.exists()
 

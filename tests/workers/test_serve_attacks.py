@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, tiny_run, wait_until
+from conftest import ROOT, launch, tiny_run, wait_until
 
 from workers.remote.served import open_served
 from workers.remote.tokens import TOKEN_FILE
@@ -300,14 +300,7 @@ def test_the_token_file_is_never_written_through_a_link_nor_taken_when_others_re
     token.symlink_to(elsewhere)
 
     def serve(*flags: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1"}
-        return subprocess.run(
-            [*LAUNCH, "serve", str(run.path), "--port", "0", *flags],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        return launch("serve", str(run.path), "--port", "0", *flags, timeout=60)
 
     result = serve()
     assert result.returncode == 2 and "symbolic link" in result.stderr
@@ -328,15 +321,8 @@ def test_the_token_file_is_never_written_through_a_link_nor_taken_when_others_re
 
 def test_bad_flags_of_serve_are_one_line(tmp_path):
     run = Run.create(tmp_path / "run", tiny_run(100), RunSettings(workers=2, pack=1))
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1"}
     for flags in (["--port", "70000"], ["--port", "-1"], ["--port", "http"]):
-        result = subprocess.run(
-            [*LAUNCH, "serve", str(run.path), *flags],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        result = launch("serve", str(run.path), *flags, timeout=60)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, flags
         assert "Traceback" not in result.stderr
 
