@@ -2,7 +2,11 @@
 
 
 class UserError(Exception):
-    """Bad input from the user: the message says what is wrong and how to fix it."""
+    """Bad input from the user: the message says what is wrong and how to fix it, on one line
+    and with no control character (it may quote a run directory someone else made)."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(printable(message, 4000))
 
 
 class ConfigError(UserError, ValueError):

@@ -412,7 +412,7 @@ def test_bad_worker_count_and_resume_dir(tmp_path):
     checks are unit-tested (tests/workers/test_run.py); only the process shows the exit code and
     stderr of the headless entry."""
     bad = launch("--headless", *TINY, "--workers", "0", "--run-dir", str(tmp_path / "a"))
-    assert_clean_error(bad, "workers must be at least 1")
+    assert_clean_error(bad, "workers must be in [1, 256]")
     assert_clean_error(launch("--headless", "--resume", str(tmp_path / "x")), "not a multi-worker")
 
 

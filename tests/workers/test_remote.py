@@ -131,18 +131,18 @@ def test_a_torn_answer_is_fetched_again_and_nothing_is_doubled(served, tmp_path,
     run, server = served
     mirror = mirror_of(server, tmp_path / "mirror")
     append_episodes(run, 0, 0, 20)
-    real = http.client.HTTPResponse.read
+    real = http.client.HTTPResponse.read1
 
-    def torn(self, amt=None):
+    def torn(self, amt=-1):
         data = real(self, amt)
         if self.getheader("Content-Range") and len(data) > 100:  # a record's fetch, cut off
             raise http.client.IncompleteRead(data[:100])
         return data
 
-    monkeypatch.setattr(http.client.HTTPResponse, "read", torn)
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", torn)
     with pytest.raises(LinkDown, match="IncompleteRead"):
         mirror.sync()
-    monkeypatch.setattr(http.client.HTTPResponse, "read", real)
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", real)
     mirror.sync()
     assert tree(tmp_path / "mirror") == tree(run.path)
 

@@ -76,13 +76,15 @@ def raw(port: int, data: bytes, timeout: float = 15.0) -> tuple[int | None, byte
     return (int(match[1]) if match else None), body
 
 
-def request(port: int, method: str, path: str, token: str | None, body=None, headers=()):
+def request(
+    port: int, method: str, path: str, token: str | None, body=None, headers=(), timeout=15
+):
     data = b"" if body is None else json.dumps(body).encode()
     lines = [f"{method} {path} HTTP/1.1", "Host: x"]
     lines += [f"Authorization: Bearer {token}"] if token else []
     lines += [f"Content-Length: {len(data)}"] if body is not None else []
     lines += list(headers)
-    return raw(port, ("\r\n".join(lines) + "\r\n\r\n").encode() + data)
+    return raw(port, ("\r\n".join(lines) + "\r\n\r\n").encode() + data, timeout)
 
 
 def command(served: Served, name: str, fields: dict, token: str | None = None):
@@ -162,6 +164,8 @@ def test_every_malformed_request_gets_a_4xx_answer_naming_nothing_inside(served)
         b"POST /api/command HTTP/1.1\r\n" + steer + b"Transfer-Encoding: chunked\r\n\r\n": 411,
         b"BREW /pot HTTP/1.1\r\nAuthorization: Bearer T\r\n\r\n": 405,
         b"GET\r\n\r\n": 400,
+        b"\r\n\r\n": 400,
+        b"POST /api/command HTTP/1.1\r\n" + steer + "Content-Length: \u00b2\r\n\r\n".encode(): 411,
         b"GET / HTTP/9.9\r\n\r\n": 400,
         b"GET /api/files HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20_000 + b"\r\n\r\n": 431,
         b"GET /api/files HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n": 431,
@@ -179,13 +183,68 @@ def test_every_malformed_request_gets_a_4xx_answer_naming_nothing_inside(served)
         f"Content-Length: {len(nested)}\r\n\r\n"
     )
     assert raw(served.port, head.encode() + nested)[0] == 400
-    # A Range that is not one range of bytes
-    for wanted in ("items=0-", "bytes=5-2", "bytes=0-1,4-5", "bytes=-5"):
+    # A Range that is not one range of bytes within the file
+    size = len(request(served.port, "GET", "/files/config.json", served.watch)[1])
+    for wanted in ("items=0-", "bytes=5-2", "bytes=0-1,4-5", "bytes=-5", f"bytes={size}-"):
         status, _ = request(
             served.port, "GET", "/files/config.json", served.watch, headers=[f"Range: {wanted}"]
         )
         assert status == 416, wanted
     assert request(served.port, "GET", "/api/hello", served.watch)[0] == 200
+
+
+def test_a_body_cannot_hold_a_handler(served):
+    """A watching token's command is refused before its body is read; a steering token's
+    body that trickles in is given up on after a deadline for the whole of it."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+        head = f"POST /api/command HTTP/1.1\r\nAuthorization: Bearer {served.watch}\r\n"
+        sock.sendall(f"{head}Content-Length: 60000\r\n\r\nx".encode())
+        assert sock.recv(100).startswith(b"HTTP/1.0 403")
+    with socket.create_connection(("127.0.0.1", served.port), timeout=60) as sock:
+        head = f"POST /api/command HTTP/1.1\r\nAuthorization: Bearer {served.steer}\r\n"
+        sock.sendall(f"{head}Content-Length: 60000\r\n\r\nx".encode())
+        for _ in range(12):
+            time.sleep(1)
+            try:
+                sock.send(b"x")  # a byte a second: never all of it
+            except OSError:
+                break
+        assert sock.recv(100).startswith(b"HTTP/1.0 408")
+
+
+def test_a_flood_of_connects_locks_nobody_out(served):
+    """Another process connects as fast as it can and sends nothing; every request of the
+    token holder meanwhile is answered (the heads that arrived are read before new
+    connections push the oldest out)."""
+    flood = subprocess.Popen(
+        [sys.executable, "-c", FLOOD, str(served.port), "4"], stderr=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(0.5)
+        answers = [request(served.port, "GET", "/api/hello", served.watch, timeout=30)[0]]
+        answers += [request(served.port, "GET", "/api/hello", served.watch, timeout=30)[0]]
+        answers += [request(served.port, "GET", "/api/hello", served.watch, timeout=30)[0]]
+    finally:
+        flood.kill()
+        flood.wait()
+    assert answers == [200, 200, 200]
+
+
+FLOOD = """
+import collections, socket, sys, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+held, end = collections.deque(), time.monotonic() + seconds
+while time.monotonic() < end:
+    sock = socket.socket()
+    sock.setblocking(False)
+    try:
+        sock.connect(("127.0.0.1", port))
+    except (BlockingIOError, OSError):
+        pass
+    held.append(sock)
+    if len(held) > 500:
+        held.popleft().close()
+"""
 
 
 def test_only_the_runs_regular_files_are_served_and_no_path_trick_reaches_another(
@@ -250,6 +309,9 @@ def test_every_command_the_window_refuses_is_refused_over_the_wire(served, run_p
         ("SetKnobs", {"changes": {"lane": 1}}, "not a live knob"),
         ("SetKnobs", {"changes": {"cfg": 1}}, "not a live knob"),
         ("SetKnobs", {"changes": {"\x1b]0;owned\x07": 1}}, "not a live knob"),
+        ("RestartWorker", {"worker": 7}, "no worker 7"),  # would start a process of its own
+        ("RestartWorker", {"worker": -3}, "no worker -3"),
+        ("RemoveWorker", {"worker": 10**6}, "no worker"),
     ]
     for name, fields, why in refused:
         status, body = command(served, name, fields)

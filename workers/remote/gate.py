@@ -90,14 +90,16 @@ class Gate:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _turn(self) -> None:
-        for key, _ in self._selector.select(timeout=0.1):
-            sock = key.fileobj
-            if sock is self.listener:
-                self._accept()
-            elif sock in self._lingering:
+        ready = [key.fileobj for key, _ in self._selector.select(timeout=0.1)]
+        # The heads that arrived first, then new connections: an accept may push the oldest
+        # waiting connection out, and one whose head is already here must not be it.
+        for sock in ready:
+            if sock in self._lingering:
                 self._drain(sock)  # type: ignore[arg-type]
             elif sock in self._waiting:  # else closed by an earlier event of this turn
                 self._read_head(sock)  # type: ignore[arg-type]
+        if self.listener in ready:
+            self._accept()
         while not self._answered.empty():
             self._linger(self._answered.get())
         self._expire()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import socket
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from io import BufferedReader, RawIOBase
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 
 COMMAND_BYTES = 64 * 1024  # a command is a few hundred bytes; more is not one
 CHUNK = 1 << 20
-RANGE = re.compile(r"bytes=(\d{1,19})-(\d{0,19})")  # one range; a window asks "N-" only
+RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{0,19})")  # one range: a window asks N- or N-M
+NUMBER = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit takes "²" too
+BODY_S = 10.0  # a command's body, all of it
 
 
 class _HeadThenSocket(RawIOBase):
@@ -70,6 +73,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # a poll every half second per window would drown the training's lines
+
+    def parse_request(self) -> bool:
+        if not self.raw_requestline.strip():  # http.server would close without a word
+            self.command, self.requestline = None, ""
+            self.request_version = self.default_request_version
+            self.send_error(HTTPStatus.BAD_REQUEST, "an empty request line")
+            return False
+        return super().parse_request()
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (a bad request line, too many headers) as JSON; a method
@@ -153,8 +164,12 @@ class Handler(BaseHTTPRequestHandler):
         if urlsplit(self.path).path != "/api/command":
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "commands go to /api/command"})
             return
+        refusal = self.run_server.refusal(scope)  # before a byte of the body is read
+        if refusal:
+            self._send_json(HTTPStatus.FORBIDDEN, {"error": refusal})
+            return
         length = self.headers.get("Content-Length", "")
-        if "Transfer-Encoding" in self.headers or not length.isdigit():
+        if "Transfer-Encoding" in self.headers or not NUMBER.fullmatch(length):
             self._send_json(HTTPStatus.LENGTH_REQUIRED, {"error": "a command has a Content-Length"})
             return
         if not 0 < int(length) <= COMMAND_BYTES:
@@ -162,13 +177,34 @@ class Handler(BaseHTTPRequestHandler):
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "a command is one small JSON"}
             )
             return
-        body = self.rfile.read(int(length))
+        body = self._read_body(int(length))
+        if body is None:
+            self._send_json(HTTPStatus.REQUEST_TIMEOUT, {"error": "the command came too slowly"})
+            return
         try:
             data = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": "a command is JSON"})
             return
         self._send_json(*self.run_server.carry_out(data, scope))
+
+    def _read_body(self, length: int) -> bytes | None:
+        """`length` bytes within BODY_S in all (not per read: a trickle cannot hold the
+        thread), or None."""
+        deadline, data = time.monotonic() + BODY_S, bytearray()
+        try:
+            while len(data) < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(length - len(data))
+                if not chunk:
+                    return None
+                data += chunk
+        except TimeoutError:
+            return None
+        return bytes(data)
 
     def _send_listing(self, data: bytes) -> None:
         """The listing, or 304 when the window holds it already (ETag): most polls of a run
@@ -194,6 +230,17 @@ class Handler(BaseHTTPRequestHandler):
     def _send_file(self, rel: str) -> None:
         """The file, or from byte N on (Range: bytes=N- or N-M) with 206; the inode, mtime and
         size of what was read go with it, so the window knows which version it holds."""
+        if not self.run_server.transfers.acquire(blocking=False):
+            # Files are sent by at most all handlers but two: slow readers never hold up a
+            # hello, a listing or a command.
+            self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "busy: ask again"})
+            return
+        try:
+            self._send_open_file(rel)
+        finally:
+            self.run_server.transfers.release()
+
+    def _send_open_file(self, rel: str) -> None:
         fd = open_served(self.run_server.root, rel)
         if fd is None:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "not a file of this run"})
@@ -207,7 +254,7 @@ class Handler(BaseHTTPRequestHandler):
                 if match is not None:
                     start = int(match[1])
                     end = min(end, int(match[2]) + 1) if match[2] else end
-                if match is None or not start <= end:
+                if match is None or not start < end:
                     self._send_json(
                         HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
                         {"error": "one range of bytes, within the file: bytes=N- or bytes=N-M"},

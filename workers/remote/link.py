@@ -9,12 +9,20 @@ the status bar; the file is skipped)."""
 from __future__ import annotations
 
 import http.client
+import re
+import time
 import zlib
 from dataclasses import dataclass
 from email.message import Message
 from urllib.parse import urlsplit
 
-TIMEOUT_S = 10.0
+from agent.errors import printable
+
+TIMEOUT_S = 10.0  # a connection, and each wait for more of an answer
+# An answer's whole time: TIMEOUT_S, and a second for each RATE bytes (a server that sends a
+# byte now and then cannot hold the window's thread).
+RATE = 64 * 1024
+NUMBER = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit takes "²" too
 
 
 class LinkDown(Exception):
@@ -39,7 +47,7 @@ class Answer:
     def header_int(self, name: str) -> int:
         """An integer header, or BrokenAnswer."""
         value = self.headers.get(name, "")
-        if not value.isdigit() or len(value) > 20:
+        if not NUMBER.fullmatch(value):
             raise BrokenAnswer(f"the answer's {name} is missing or not a number")
         return int(value)
 
@@ -64,6 +72,7 @@ class Link:
         except OSError as err:  # nothing reached the server
             connection.close()
             raise LinkDown(err.strerror or str(err) or type(err).__name__, sent=False) from None
+        sock = connection.sock  # the answer reads from it (http.client lets go of it)
         try:
             connection.request(
                 "GET" if body is None else "POST",
@@ -73,16 +82,34 @@ class Link:
             )
             answer = connection.getresponse()
             length = answer.headers.get("Content-Length")
-            if length is not None and (not length.isdigit() or int(length) > limit):
-                raise BrokenAnswer(f"an answer of {length[:20]} bytes, over the {limit:,} asked")
-            data = answer.read(limit + 1)
-            if len(data) > limit:
-                raise BrokenAnswer(f"an answer over the {limit:,} bytes asked")
+            if length is not None and (not NUMBER.fullmatch(length) or int(length) > limit):
+                raise BrokenAnswer(
+                    f"an answer of {printable(length, 20)} bytes, over the {limit:,} asked"
+                )
+            deadline = time.monotonic() + self.timeout + limit / RATE
+            data = _read_within(sock, answer, limit, deadline)
             return Answer(answer.status, answer.headers, data)
         except (OSError, http.client.HTTPException) as err:
             raise LinkDown(str(getattr(err, "reason", err)) or type(err).__name__) from None
         finally:
             connection.close()
+
+
+def _read_within(sock, answer, limit: int, deadline: float) -> bytes:
+    """At most `limit` bytes of `answer` (BrokenAnswer beyond) by `deadline` (LinkDown)."""
+    data = bytearray()
+    while len(data) <= limit:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LinkDown("the answer came too slowly")
+        sock.settimeout(min(left, TIMEOUT_S))
+        chunk = answer.read1(min(1 << 20, limit + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > limit:
+        raise BrokenAnswer(f"an answer over the {limit:,} bytes asked")
+    return bytes(data)
 
 
 def gunzip(data: bytes, limit: int) -> bytes:

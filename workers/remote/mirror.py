@@ -46,7 +46,8 @@ RETRY_S = 1.0  # between tries while it is down
 MAX_BYTES = 64 << 20  # one file
 MAX_TOTAL = 8 << 30  # the whole copy: a rogue server cannot fill the laptop's disk
 MAX_FILES = 50_000  # a long run's album and records are a few thousand
-MAX_LISTING = 64 << 20  # the listing, unpacked (50,000 files are ~6 MB of JSON)
+MAX_LISTING = 16 << 20  # the listing, unpacked (50,000 files are ~6 MB of JSON)
+MAX_FOLDERS = 4096  # a run's folders: album/worker-K, tb/..., merge/lane-L: a few hundred
 MAX_ANSWER = 64 * 1024  # hello, a command's answer, an error
 # A whole file this large (merged weights: 32 MB at 5M) is fetched by a thread of its own, so
 # that the records behind it are not held up for its transfer over a slow link.
@@ -174,6 +175,8 @@ class Mirror:
                     fetched += self._update(served)
                 except BrokenAnswer as err:
                     self._say_broken(served["path"], str(err))
+                except OSError as err:  # this machine's: a path the listing makes impossible
+                    self._say_broken(served["path"], f"not written here: {err.strerror or err}")
         except (LinkDown, OSError) as err:
             self._etag = ""  # a torn answer may have left the copy short: list again
             raise LinkDown(str(err)) from None
@@ -207,13 +210,19 @@ class Mirror:
         self.bytes_by["listing"] += len(answer.body)
         gzipped = answer.headers.get("Content-Encoding") == "gzip"
         body = gunzip(answer.body, MAX_LISTING) if gzipped else answer.body
+        # Counted before parsing: megabytes of "{}," would be millions of Python objects.
+        if body.count(b"{") > self.max_files + 1 or body.count(b",") > 5 * self.max_files:
+            raise BrokenAnswer(f"a listing of more than {self.max_files:,} files")
         try:
             files = json.loads(body)["files"]
         except (ValueError, RecursionError, KeyError, TypeError):
             raise BrokenAnswer("not a listing") from None
         if not isinstance(files, list) or len(files) > self.max_files:
             raise BrokenAnswer(f"a listing of more than {self.max_files:,} files, or none")
-        self._files = [f for f in files if listed_entry(f)]
+        files = [f for f in files if listed_entry(f)]
+        if len({f["path"].rpartition("/")[0] for f in files}) > MAX_FOLDERS:
+            raise BrokenAnswer(f"a listing of more than {MAX_FOLDERS:,} folders")
+        self._files = files
         self._etag = answer.headers.get("ETag", "")[:100]
         return self._files
 
@@ -263,6 +272,8 @@ class Mirror:
         else:
             wanted = {"Range": f"bytes={start}-{size - 1}"}
             answer = self.link.ask("/files/" + quote(path), size - start, headers=wanted)
+            if answer.status == 503:  # every transfer slot busy: the next pass asks again
+                return 0
             if answer.status in (404, 416):
                 with self._lock:
                     self._held.pop(path, None)  # shrunk since the listing: whole next pass
@@ -298,7 +309,19 @@ class Mirror:
             for path in [p for p in self._held if p not in served and p not in self._pending]:
                 (self.folder / path).unlink(missing_ok=True)
                 del self._held[path]
+                self._drop_empty_folders(path)
         self.deferred &= served
+
+    def _drop_empty_folders(self, path: str) -> None:
+        """The folders of `path` that its removal left empty (a server's listing of ever new
+        folders must not fill the disk with empty ones)."""
+        folder = (self.folder / path).parent
+        while folder != self.folder and folder.is_relative_to(self.folder):
+            try:
+                folder.rmdir()
+            except OSError:
+                return  # not empty: another file of the copy is in it
+            folder = folder.parent
 
     def _load_state(self) -> None:
         try:

@@ -14,7 +14,8 @@ import os
 import stat
 from pathlib import Path
 
-MAX_PATH = 1024  # a run's paths are a few dozen characters
+MAX_PATH = 255  # a run's paths are a few dozen characters
+MAX_DEPTH = 6  # and a few folders deep (tb/lane-L/worker-K/events..., rank-R/album/...)
 
 
 def served_name(part: str) -> bool:
@@ -35,7 +36,7 @@ def served_parts(rel: str) -> list[str] | None:
     if not rel or len(rel) > MAX_PATH:
         return None
     parts = rel.split("/")
-    return parts if all(served_name(p) for p in parts) else None
+    return parts if len(parts) <= MAX_DEPTH and all(served_name(p) for p in parts) else None
 
 
 def served_files(root: Path) -> list[dict]:

@@ -55,7 +55,7 @@ class RunServer:
             listener = socket.socket(family, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((host, port))
-            listener.listen(128)
+            listener.listen(1024)  # a flood of connects queues here, not in SYN retries
         except OSError as err:
             listener.close()
             if err.errno == errno.EADDRINUSE:
@@ -65,6 +65,7 @@ class RunServer:
             raise UserError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
         self.port = listener.getsockname()[1]
         self.gate = Gate(listener, self._answer, limits or Limits())
+        self.transfers = threading.BoundedSemaphore(max(1, self.gate.limits.handlers - 2))
         self.root: Path | None = None
         self.read_only = False
         self._tokens: Tokens | None = None
@@ -154,15 +155,22 @@ class RunServer:
     def note(self, line: str) -> None:
         self.notes.append(printable(line))  # never a terminal's escape sequence
 
+    def refusal(self, scope: str) -> str:
+        """Why a token of `scope` may send no command here ("" when it may)."""
+        if self.read_only:
+            return "this server is read-only: it takes no command"
+        if scope != STEER:
+            return "this token watches: it takes no command"
+        return ""
+
     def carry_out(self, data: object, scope: str = STEER) -> tuple[HTTPStatus, dict]:
         """A connected window's command, checked as the window's own and carried out by the
         run's own view of it."""
         from workers.run.attached import AttachedRun
 
-        if self.read_only:
-            return HTTPStatus.FORBIDDEN, {"error": "this server is read-only: it takes no command"}
-        if scope != STEER:
-            return HTTPStatus.FORBIDDEN, {"error": "this token watches: it takes no command"}
+        refusal = self.refusal(scope)
+        if refusal:
+            return HTTPStatus.FORBIDDEN, {"error": refusal}
         try:
             command = decode_command(data)
         except (ValueError, TypeError) as err:

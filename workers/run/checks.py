@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from agent.errors import ConfigError, UserError, printable
 from agent.knobs import knobs
-from workers.run.commands import AddWorker, Command, SetKnobs, StartRace
+from workers.run.commands import (
+    AddWorker,
+    Command,
+    RemoveWorker,
+    RestartWorker,
+    SetKnobs,
+    StartRace,
+)
 from workers.rundir.lanes import check_lane, check_replicas
 from workers.rundir.settings import MAX_WORKERS, RunSettings
 
@@ -47,3 +54,6 @@ def check_command(settings: RunSettings, command: Command) -> None:
         case AddWorker():
             if settings.workers >= MAX_WORKERS:
                 raise UserError(f"a run has at most {MAX_WORKERS} workers: none added")
+        case RestartWorker(worker) | RemoveWorker(worker) if worker is not None:
+            if worker not in settings.active:
+                raise UserError(f"there is no worker {worker} (workers: {settings.active})")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,9 +81,22 @@ def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
     atomic_write_bytes(path, replay_bytes(replay))
 
 
+MAX_REPLAY_BYTES = 256 << 20  # unpacked: a humanoid episode's poses are ~112 KB
+
+
+def unpacked_bytes(path: str | Path) -> int:
+    """What an .npz file says its arrays take unpacked (a zip's sizes, read before any array
+    is): a small file from elsewhere cannot unpack into the window's whole memory."""
+    with zipfile.ZipFile(path) as archive:
+        return sum(member.file_size for member in archive.infolist())
+
+
 def read_replay(path: str | Path) -> EpisodeReplay | None:
-    """The episode in `path`, or None when it is missing or damaged (a replay is best effort)."""
+    """The episode in `path`, or None when it is missing, damaged or would unpack to more
+    than MAX_REPLAY_BYTES (a replay is best effort)."""
     try:
+        if unpacked_bytes(path) > MAX_REPLAY_BYTES:
+            return None
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             states, rewards = data["states"], data["rewards"]
@@ -96,7 +110,7 @@ def read_replay(path: str | Path) -> EpisodeReplay | None:
             step_seconds=float(meta["step_seconds"]),
             time=float(meta["time"]),
         )
-    except (OSError, ValueError, KeyError, TypeError, EOFError):
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
         return None
     if states.ndim != 2 or len(states) != len(rewards) + 1 or replay.step_seconds <= 0:
         return None
