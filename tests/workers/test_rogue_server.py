@@ -7,7 +7,9 @@ token goes to nobody else, and the mirror's thread survives every broken answer.
 import http.server
 import json
 import threading
+import time
 import tracemalloc
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from conftest import tiny_run, wait_until
 from agent.envs.gym import gym_spec
 from agent.errors import UserError
 from workers.remote.connected import ConnectedRun, mirrors_root
-from workers.remote.link import BrokenAnswer, Link
+from workers.remote.link import BrokenAnswer, Link, LinkDown
 from workers.remote.mirror import STATE, Mirror
 from workers.remote.wire import PROTOCOL, SERVER_NAME
 from workers.run.owner import Run, RunSettings
@@ -254,3 +256,89 @@ def test_a_too_long_answer_is_refused_before_it_is_read(rogue):
     rogue.script["bodies"] = {"x": b"y" * 5000}
     with pytest.raises(BrokenAnswer, match="over"):
         Link(rogue.base, "t").ask("/files/x", 100)
+
+
+def test_folders_the_server_lists_and_drops_leave_nothing_behind(rogue, tmp_path):
+    """Empty files in ever new folders, then gone: the copy removes the folders too, and no
+    path deeper than a run's is written at all."""
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    for n in range(3):
+        rogue.script["files"] = {f"p{n}q{i}/d/d/x": b"" for i in range(50)}
+        rogue.script["files"]["deep/" * 10 + "x"] = b""
+        mirror.first_copy() if n == 0 else mirror.sync()
+    rogue.script["files"] = {}
+    mirror.sync()
+    left = [p for p in (tmp_path / "copy").rglob("*") if not p.name.startswith(".")]
+    assert left == [] and not (tmp_path / "copy" / "deep").exists()
+
+
+def test_an_episode_file_that_unpacks_to_gigabytes_is_not_unpacked(tmp_path):
+    """A replay or album episode from elsewhere: its zip's sizes are read first."""
+    from workers.rundir.replays import read_replay
+
+    path = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("states.npy", "w", force_zip64=True) as member:
+            member.write(b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, ")
+            member.write(b"'shape': (200000000,), }".ljust(85) + b"\n")
+            for _ in range(800):
+                member.write(bytes(1_000_000))
+    assert path.stat().st_size < 2_000_000
+    tracemalloc.start()
+    assert read_replay(path) is None
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50_000_000, f"{peak / 1e6:.0f} MB to refuse {path.stat().st_size:,} bytes"
+
+
+def test_a_listing_of_millions_of_empty_objects_is_refused_before_it_is_parsed(rogue, tmp_path):
+    pack = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = pack.compress(b'{"files": [' + b"{}," * 3_000_000 + b"{}]}") + pack.flush()
+    rogue.script["listing"] = bomb
+    notes: list[str] = []
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror._note = notes.append
+    tracemalloc.start()
+    mirror.first_copy()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert any("listing" in n for n in notes)
+    assert peak < 100_000_000, f"{peak / 1e6:.0f} MB for a {len(bomb) / 1e3:.0f} KB answer"
+
+
+def test_a_server_that_sends_a_byte_now_and_then_does_not_hold_the_window(tmp_path):
+    class Drip(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(30):
+                time.sleep(0.5)
+                try:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        link = Link(f"http://127.0.0.1:{server.server_port}", "t", timeout=1)
+        with pytest.raises(LinkDown, match="too slowly"):
+            link.ask("/api/hello", 64 * 1024)  # its whole time: 1 s + 1 s for 64 KB
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_numbers_in_a_servers_headers_are_ascii_digits_or_broken(rogue, tmp_path):
+    rogue.script["files"] = {"config.json": b"{}"}
+    rogue.script["headers"] = {"config.json": {"X-Ino": "\u00b2"}}
+    notes: list[str] = []
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror._note = notes.append
+    mirror.first_copy()
+    assert any("X-Ino" in n for n in notes) and not (tmp_path / "copy" / "config.json").exists()

@@ -84,3 +84,13 @@ def test_ones_own_run_with_a_named_module_resumes(tmp_path, monkeypatch, nothing
     name_task("helpers.slide_env:Slide-v0")
     cfg, _ = resumable(run.path)
     assert cfg.task == "helpers.slide_env:Slide-v0" and gym_spec(cfg.task).id == "Slide-v0"
+
+
+def test_a_crafted_task_prints_no_escape_sequence(tmp_path):
+    marker = tmp_path / "marker"
+    path = planted_run(tmp_path / "r1", "\x1b]0;PWNED\x07\x1b[2J\x1b[31mevil:Evil-v0")
+    for args in (["--headless", "--resume", str(path)], ["montage", str(path)]):
+        result = launch_unnamed(*args, cwd=tmp_path, marker=marker)
+        assert result.returncode == 2 and "a run directory is data" in result.stderr
+        assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+        assert "\\x1b" in result.stderr  # shown, escaped
