@@ -13,6 +13,7 @@ library: neither bounds the connections that have not yet sent a head.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import queue
 import selectors
@@ -28,9 +29,27 @@ HEAD_ENDS = (b"\r\n\r\n", b"\n\n", b"\n\r\n")
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
+def descriptors(wanted: int = 4096) -> int:
+    """This process's limit on open files, raised towards `wanted` where the hard limit allows
+    (a desktop's soft limit is often 1024)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 512
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else soft
+
+
 @dataclass(frozen=True)
 class Limits:
-    max_waiting: int = 256  # connections whose head has not arrived
+    max_waiting: int = 1024  # connections whose head has not arrived (a quarter of the fds)
     head_deadline_s: float = 5.0  # from accept to the head's end
     max_head: int = 16 * 1024  # request line and headers (a window's are ~300 bytes)
     handlers: int = 8  # threads answering requests
@@ -62,7 +81,11 @@ class Gate:
         io_timeout_s: float = 30.0,
     ) -> None:
         self.listener, self.handle, self.io_timeout_s = listener, handle, io_timeout_s
-        self.limits = limits or Limits()
+        limits = limits or Limits()
+        # The waiting room's size: the limits', within a quarter of this process's descriptors
+        # (the training's files, the workers' pipes and the handlers' files need the rest).
+        room = min(limits.max_waiting, max(16, descriptors() // 4))
+        self.limits = dataclasses.replace(limits, max_waiting=room)
         listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ)
