@@ -442,3 +442,18 @@ def test_a_large_file_does_not_hold_up_the_records_behind_it(served, tmp_path, m
     finally:
         slow.set()
         mirror.stop()
+
+
+def test_a_window_with_the_watching_token_says_so_and_steers_nothing(served, tmp_path):
+    from workers.remote.tokens import WATCH
+
+    run, server = served
+    knobs = (run.path / "knobs.json").read_bytes()
+    window = ConnectedRun.connect(server.connect_url(scope=WATCH), tmp_path / "mirror")
+    try:
+        assert "watching only" in window.wording.label
+        with pytest.raises(UserError, match="this token watches"):
+            window.do(SetKnobs({"horizon": 2}))
+    finally:
+        window.stop()
+    assert (run.path / "knobs.json").read_bytes() == knobs

@@ -95,6 +95,7 @@ class ConnectedRun(AttachedRun):
         super().__init__(path, cfg, settings)
         self.link = link
         self.folder_lock: FileLock | None = None
+        self.watching = False  # the server takes no command from this window
 
     @staticmethod
     def check(url: str, token: str = "") -> None:
@@ -127,6 +128,7 @@ class ConnectedRun(AttachedRun):
             lock.release()
             raise
         run.folder_lock = lock
+        run.watching = info["read_only"]  # a watching token, or a read-only server
         link.wants = lambda path: wanted(path, run.showcase.settings()["source"], merged.exists())
         link.start(run._note)
         return run
@@ -135,7 +137,10 @@ class ConnectedRun(AttachedRun):
     def wording(self) -> Wording:  # type: ignore[override]
         state = self.link.state() if hasattr(self, "link") else ""
         where = self.link.base if hasattr(self, "link") else "a run server"
-        label = f" (connected to {where}" + (f"; {state}: showing what arrived)" if state else ")")
+        watching = "; watching only" if getattr(self, "watching", False) else ""
+        label = f" (connected to {where}{watching}" + (
+            f"; {state}: showing what arrived)" if state else ")"
+        )
         return replace(
             ATTACHED,
             opened=f"connected to {where}: a copy in",
