@@ -342,3 +342,90 @@ def test_numbers_in_a_servers_headers_are_ascii_digits_or_broken(rogue, tmp_path
     mirror._note = notes.append
     mirror.first_copy()
     assert any("X-Ino" in n for n in notes) and not (tmp_path / "copy" / "config.json").exists()
+
+
+def test_large_files_fetched_later_stay_within_the_copys_cap(rogue, tmp_path):
+    """Files over 1 MB wait for the bulk thread: their sizes count in the copy's total from the
+    moment they are queued, and the thread checks the cap again."""
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror.first_copy()
+    mirror.max_total = 5_000_000
+    notes: list[str] = []
+    mirror.start(notes.append)
+    try:
+        rogue.script["files"] = {f"w{i}.pt": bytes(2_000_000) for i in range(10)}
+        mirror.wake()
+        assert wait_until(lambda: sum("left out" in n for n in notes) >= 8, 30)
+        time.sleep(1)
+    finally:
+        mirror.stop()
+    held = sum(p.stat().st_size for p in (tmp_path / "copy").glob("w*.pt"))
+    assert 0 < held <= 5_000_000
+
+
+@pytest.mark.parametrize("drip", ["status", "headers"])
+def test_a_server_that_drips_its_status_or_headers_does_not_hold_the_window(tmp_path, drip):
+    import socket as sockets
+
+    listener = sockets.create_server(("127.0.0.1", 0))
+    text = b"HTTP/1.0 200 OK\r\n" if drip == "status" else b"HTTP/1.0 200 OK\r\nX: " + b"y" * 40
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            for byte in text:
+                time.sleep(0.4)
+                try:
+                    conn.send(bytes([byte]))
+                except OSError:
+                    return
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        link = Link(f"http://127.0.0.1:{listener.getsockname()[1]}", "t", timeout=1)
+        started = time.monotonic()
+        with pytest.raises(LinkDown, match="too slowly"):
+            link.ask("/api/hello", 64 * 1024)
+        assert time.monotonic() - started < 10  # its whole time: 2 s, not a byte's 1 s each
+    finally:
+        listener.close()
+
+
+def test_files_a_copy_holds_under_odd_names_are_passed_over(tmp_path):
+    from workers.rundir.album import album_workers, worker_entries
+
+    folder = tmp_path / "run" / "album" / "worker-0"
+    folder.mkdir(parents=True)
+    (folder / "train-\u00b2\u00b3.npz").write_bytes(b"")
+    (tmp_path / "run" / "album" / "worker-\u00b2").mkdir()
+    assert worker_entries(tmp_path / "run", 0) == [] and album_workers(tmp_path / "run") == [0]
+
+
+def test_an_episode_file_that_declares_more_than_it_holds_is_not_read(tmp_path):
+    from workers.rundir.replays import read_replay
+
+    path = tmp_path / "liar.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000,), }"
+        archive.writestr("states.npy", b"\x93NUMPY\x01\x00" + bytes([118, 0]) + header.ljust(118))
+    assert read_replay(path) is None
+
+
+def test_a_token_that_is_not_a_servers_is_one_line_and_never_shown():
+    with pytest.raises(UserError, match="not one a run server prints") as refused:
+        Link("http://127.0.0.1:9", "SECRET1\nSECRET2")
+    assert "SECRET" not in str(refused.value)
+    with pytest.raises(UserError):
+        Link("http://127.0.0.1:9", "s\u20acret")
+
+
+def test_a_records_file_of_millions_of_lines_is_never_held_as_millions_of_objects():
+    from workers.rundir.records import parse_records
+
+    data = b"{}\n" * 300_000  # held at once: 300,000 dicts, about 20 MB
+    tracemalloc.start()
+    records, skipped = parse_records(data, 0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert records == [] and skipped == 300_000
+    assert peak < 5_000_000, f"{peak / 1e6:.0f} MB for {len(data) / 1e6:.1f} MB of lines"

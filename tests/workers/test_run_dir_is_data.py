@@ -88,9 +88,40 @@ def test_ones_own_run_with_a_named_module_resumes(tmp_path, monkeypatch, nothing
 
 def test_a_crafted_task_prints_no_escape_sequence(tmp_path):
     marker = tmp_path / "marker"
-    path = planted_run(tmp_path / "r1", "\x1b]0;PWNED\x07\x1b[2J\x1b[31mevil:Evil-v0")
+    # A DMControl task too: a name with control characters is no task (the review's variant)
+    path = planted_run(tmp_path / "r1", "\x1b]0;PWNED\x07\x1b[2J\x1b[31mcartpole-balance")
     for args in (["--headless", "--resume", str(path)], ["montage", str(path)]):
         result = launch_unnamed(*args, cwd=tmp_path, marker=marker)
-        assert result.returncode == 2 and "a run directory is data" in result.stderr
+        assert result.returncode == 2 and "printable" in result.stderr, result.stderr
         assert "\x1b" not in result.stderr and "\x07" not in result.stderr
-        assert "\\x1b" in result.stderr  # shown, escaped
+
+
+def test_a_crafted_record_is_refused_in_one_line_not_obeyed(tmp_path):
+    """A run directory someone else made cannot make this machine build a model of billions of
+    weights, scan millions of removed workers at every look, or recurse without end."""
+    from workers.rundir.knob_record import KnobStore
+    from workers.rundir.settings import read_record
+
+    path = planted_run(tmp_path / "r1", "cartpole-balance")
+    config = json.loads((path / "config.json").read_text())
+    good = dict(config["config"])
+    config["config"].update(mlp_dim=16384, enc_dim=16384, latent_dim=16384, num_q=64)
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="billion weights"):
+        read_record(path)
+    (path / "config.json").write_text(json.dumps({"config": good}))
+    settings = json.loads((path / "run.json").read_text())
+    (path / "run.json").write_text(json.dumps({**settings, "removed": list(range(100_000))}))
+    with pytest.raises(UserError, match="removed must name each"):
+        read_record(path)
+    (path / "run.json").write_text(json.dumps(settings))
+    (path / "knobs.json").write_text("[" * 100_000)
+    with pytest.raises(UserError, match="nested too deep"):
+        KnobStore(path).read_record()
+    (path / "config.json").write_text("[" * 100_000)
+    with pytest.raises(UserError, match="nested too deep"):
+        read_record(path)
+    config["config"] = {**good, "task": "\x1b[31mcartpole-balance"}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="printable"):
+        read_record(path)

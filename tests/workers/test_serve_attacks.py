@@ -163,12 +163,16 @@ def test_every_malformed_request_gets_a_4xx_answer_naming_nothing_inside(served)
         b"POST /api/command HTTP/1.1\r\n" + steer + b"Content-Length: 99999\r\n\r\n": 413,
         b"POST /api/command HTTP/1.1\r\n" + steer + b"Transfer-Encoding: chunked\r\n\r\n": 411,
         b"BREW /pot HTTP/1.1\r\nAuthorization: Bearer T\r\n\r\n": 405,
-        b"GET\r\n\r\n": 400,
-        b"\r\n\r\n": 400,
+        b"GET\r\n" + steer + b"\r\n": 400,
+        b"\r\n" + steer + b"\r\n": 400,
         b"POST /api/command HTTP/1.1\r\n" + steer + "Content-Length: \u00b2\r\n\r\n".encode(): 411,
-        b"GET / HTTP/9.9\r\n\r\n": 400,
+        b"GET / HTTP/9.9\r\n" + steer + b"\r\n": 400,
         b"GET /api/files HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20_000 + b"\r\n\r\n": 431,
-        b"GET /api/files HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n": 431,
+        b"GET /api/files HTTP/1.1\r\n" + steer + b"X: y\r\n" * 150 + b"\r\n": 431,
+        # Without a token the door answers before any parsing: 401, whatever else is wrong.
+        b"GET\r\n\r\n": 401,
+        b"\r\n\r\n": 401,
+        b"GET / HTTP/9.9\r\n\r\n": 401,
     }
     for data, expected in cases.items():
         status, body = raw(
@@ -245,6 +249,27 @@ while time.monotonic() < end:
     if len(held) > 500:
         held.popleft().close()
 """
+
+
+def test_slow_readers_with_one_token_never_starve_the_others_windows(served, run_path):
+    """A watching token's fetches that never read their answers take at most their scope's
+    share of the handlers: the steering window still gets its files, everyone their hellos."""
+    (run_path / "big.pt").write_bytes(bytes(64 << 20))  # more than socket buffers hold
+    slow = []
+    try:
+        for _ in range(6):
+            sock = socket.create_connection(("127.0.0.1", served.port), timeout=30)
+            head = f"GET /files/big.pt HTTP/1.1\r\nAuthorization: Bearer {served.watch}\r\n\r\n"
+            sock.sendall(head.encode())
+            slow.append(sock)  # never read
+        time.sleep(1)
+        assert request(served.port, "GET", "/files/config.json", served.watch)[0] == 503
+        assert request(served.port, "GET", "/files/config.json", served.steer)[0] == 200
+        assert request(served.port, "GET", "/api/hello", served.watch)[0] == 200
+    finally:
+        for sock in slow:
+            sock.close()
+        (run_path / "big.pt").unlink()
 
 
 def test_only_the_runs_regular_files_are_served_and_no_path_trick_reaches_another(

@@ -60,27 +60,32 @@ LINGER_S = 2.0  # a closed connection's unread input is read and dropped this lo
 MAX_LINGERING = 256
 
 
-def error_answer(status: int, reason: str) -> bytes:
-    body = f'{{"error": "{reason}"}}'.encode()
+def error_answer(status: int, reason: str, error: str, server: str) -> bytes:
+    body = f'{{"error": "{error}"}}'.encode()
     head = (
-        f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"HTTP/1.0 {status} {reason}\r\nServer: {server}\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
     return head + body
 
 
 class Gate:
-    """Accept on `listener` until `stop`; each complete head goes to `handle(sock, head)` in a
-    handler thread (the socket then blocking, `io_timeout_s` per read or write)."""
+    """Accept on `listener` until `stop`; each complete head that `admits` (its token) goes to
+    `handle(sock, head)` in a handler thread (the socket then blocking, `io_timeout_s` per read
+    or write), the others are answered 401 here: heads without a token never queue for a
+    handler. `server` names the server in the door's own answers."""
 
     def __init__(
         self,
         listener: socket.socket,
         handle: Callable[[socket.socket, bytes], None],
+        admits: Callable[[bytes], bool],
+        server: str,
         limits: Limits | None = None,
         io_timeout_s: float = 30.0,
     ) -> None:
         self.listener, self.handle, self.io_timeout_s = listener, handle, io_timeout_s
+        self.admits, self.server = admits, server
         limits = limits or Limits()
         # The waiting room's size: the limits', within a quarter of this process's descriptors
         # (the training's files, the workers' pipes and the handlers' files need the rest).
@@ -173,15 +178,18 @@ class Gate:
             self._hand_over(sock, bytes(head))
         elif len(head) > self.limits.max_head:
             self._unwait(sock)
-            self._refuse(sock, 431, "Request Header Fields Too Large")
+            self._refuse(sock, 431, "Request Header Fields Too Large", "a head of 16 KB at most")
 
     def _hand_over(self, sock: socket.socket, head: bytes) -> None:
+        if not self.admits(head):
+            self._refuse(sock, 401, "Unauthorized", "the token is missing or wrong")
+            return
         with self._busy_lock:
             full = self._busy >= self.limits.handlers + self.limits.queued
             if not full:
                 self._busy += 1
         if full:
-            self._refuse(sock, 503, "Service Unavailable")
+            self._refuse(sock, 503, "Service Unavailable", "busy: ask again")
             return
         sock.setblocking(True)
         sock.settimeout(self.io_timeout_s)
@@ -204,16 +212,16 @@ class Gate:
                 break  # oldest first: the rest came later
             self.expired += 1
             self._unwait(sock)
-            self._refuse(sock, 408, "Request Timeout")
+            self._refuse(sock, 408, "Request Timeout", "the request head came too slowly")
         for sock, deadline in list(self._lingering.items()):
             if deadline > now:
                 break
             self._drop(sock)
 
-    def _refuse(self, sock: socket.socket, status: int, reason: str) -> None:
+    def _refuse(self, sock: socket.socket, status: int, reason: str, error: str) -> None:
         """A short JSON error, sent without waiting (the socket's buffer takes it)."""
         try:
-            sock.send(error_answer(status, reason))
+            sock.send(error_answer(status, reason, error, self.server))
         except OSError:
             pass
         self._linger(sock)

@@ -103,6 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         """The given token's scope, or None after answering 401."""
         given = self.headers.get("Authorization", "")
         scope = self.run_server.tokens.scope_of(given[7:] if given.startswith("Bearer ") else None)
+        self.scope = scope
         if scope is None:
             self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "the token is missing or wrong"})
         return scope
@@ -230,7 +231,8 @@ class Handler(BaseHTTPRequestHandler):
     def _send_file(self, rel: str) -> None:
         """The file, or from byte N on (Range: bytes=N- or N-M) with 206; the inode, mtime and
         size of what was read go with it, so the window knows which version it holds."""
-        if not self.run_server.transfers.acquire(blocking=False):
+        slots = self.run_server.transfers[self.scope]
+        if not slots.acquire(blocking=False):
             # Files are sent by at most all handlers but two: slow readers never hold up a
             # hello, a listing or a command.
             self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "busy: ask again"})
@@ -238,7 +240,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self._send_open_file(rel)
         finally:
-            self.run_server.transfers.release()
+            slots.release()
 
     def _send_open_file(self, rel: str) -> None:
         fd = open_served(self.run_server.root, rel)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import http.client
 import re
-import time
+import socket
+import threading
 import zlib
 from dataclasses import dataclass
 from email.message import Message
 from urllib.parse import urlsplit
 
-from agent.errors import printable
+from agent.errors import UserError, printable
 
 TIMEOUT_S = 10.0  # a connection, and each wait for more of an answer
 # An answer's whole time: TIMEOUT_S, and a second for each RATE bytes (a server that sends a
@@ -52,8 +53,16 @@ class Answer:
         return int(value)
 
 
+TOKEN = re.compile(r"[A-Za-z0-9_.~-]{1,512}")  # what secrets.token_urlsafe makes, and no more
+
+
 class Link:
     def __init__(self, base: str, token: str, timeout: float = TIMEOUT_S) -> None:
+        if not TOKEN.fullmatch(token):  # a header with a line break in it, or worse
+            raise UserError(
+                "the token is not one a run server prints (letters, digits, - and _): check "
+                "the file or variable it came from"
+            )
         parts = urlsplit(base)
         self.base, self.host, self.port = base, parts.hostname or "", parts.port or 80
         self._token, self.timeout = token, timeout
@@ -73,6 +82,12 @@ class Link:
             connection.close()
             raise LinkDown(err.strerror or str(err) or type(err).__name__, sent=False) from None
         sock = connection.sock  # the answer reads from it (http.client lets go of it)
+        # The whole exchange has its time, status line and headers included: a server that
+        # sends a byte now and then never holds the thread (each read has its own timeout only).
+        seconds = self.timeout + limit / RATE
+        cut = threading.Timer(seconds, _cut, (sock,))
+        cut.daemon = True
+        cut.start()
         try:
             connection.request(
                 "GET" if body is None else "POST",
@@ -86,23 +101,31 @@ class Link:
                 raise BrokenAnswer(
                     f"an answer of {printable(length, 20)} bytes, over the {limit:,} asked"
                 )
-            deadline = time.monotonic() + self.timeout + limit / RATE
-            data = _read_within(sock, answer, limit, deadline)
+            data = _read_up_to(answer, limit)
+            if not cut.is_alive():  # cut off: what arrived may be short
+                raise LinkDown("the answer came too slowly")
             return Answer(answer.status, answer.headers, data)
         except (OSError, http.client.HTTPException) as err:
+            if not cut.is_alive():
+                raise LinkDown("the answer came too slowly") from None
             raise LinkDown(str(getattr(err, "reason", err)) or type(err).__name__) from None
         finally:
+            cut.cancel()
             connection.close()
 
 
-def _read_within(sock, answer, limit: int, deadline: float) -> bytes:
-    """At most `limit` bytes of `answer` (BrokenAnswer beyond) by `deadline` (LinkDown)."""
+def _cut(sock: socket.socket) -> None:
+    """End an exchange past its time: the thread blocked reading it wakes at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _read_up_to(answer: http.client.HTTPResponse, limit: int) -> bytes:
+    """At most `limit` bytes of `answer` (BrokenAnswer beyond)."""
     data = bytearray()
     while len(data) <= limit:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise LinkDown("the answer came too slowly")
-        sock.settimeout(min(left, TIMEOUT_S))
         chunk = answer.read1(min(1 << 20, limit + 1 - len(data)))
         if not chunk:
             break

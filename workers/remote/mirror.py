@@ -79,6 +79,7 @@ class Mirror:
         self._saving = threading.Lock()
         self._bulk: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending: set[str] = set()  # large files queued for the bulk thread
+        self._reserved: dict[str, int] = {}  # their listed sizes, counted in the copy's total
         self._saved: dict[str, list[int]] | None = None  # as .mirror.json holds it
         self._left_out: set[str] = set()
         self._broken: set[str] = set()  # said once each: what the server sent wrong
@@ -238,11 +239,7 @@ class Mirror:
             return 0
         self.deferred.discard(path)
         here = local.stat().st_size if local.is_file() else -1
-        if size > self.max_bytes or self._total() - max(here, 0) + size > self.max_total:
-            if path not in self._left_out:
-                self._left_out.add(path)
-                cap = "its cap" if size > self.max_bytes else "the copy's cap"
-                self._note(f"mirror: {path} left out ({size / 1e6:.0f} MB, over {cap})")
+        if not self._fits(path, size):
             return 0
         if (
             held is not None
@@ -254,19 +251,32 @@ class Mirror:
             return self._fetch(path, now, start=here)
         if size > BULK_BYTES and self._thread is not None:
             if path not in self._pending:
+                with self._lock:
+                    self._reserved[path] = size  # counted in the copy's total until fetched
                 self._pending.add(path)
                 self._bulk.put(path)
             return 0
         return self._fetch(path, now)
 
-    def _total(self) -> int:
+    def _fits(self, path: str, size: int) -> bool:
+        """Whether `path` at `size` keeps the copy within its caps (else a note, once)."""
         with self._lock:
-            return sum(h[1] for h in self._held.values())
+            others = sum(h[1] for p, h in self._held.items() if p != path)
+            others += sum(s for p, s in self._reserved.items() if p != path)
+        if size <= self.max_bytes and others + size <= self.max_total:
+            return True
+        if path not in self._left_out:
+            self._left_out.add(path)
+            cap = "its cap" if size > self.max_bytes else "the copy's cap"
+            self._note(f"mirror: {path} left out ({size / 1e6:.0f} MB, over {cap})")
+        return False
 
     def _fetch(self, path: str, listed: list[int], start: int = 0) -> int:
         """Bytes `start` to the listed size of the file: appended to the copy, or (0) written
         whole; only what the server read from the listed file (its inode) is kept."""
         ino, size = listed[0], listed[1]
+        if not self._fits(path, size):  # checked again: the bulk thread fetches later
+            return 0
         if size == 0:
             data, answer = b"", None
         else:
@@ -415,6 +425,8 @@ class Mirror:
                 pass  # the link is down (the passes say so), or the file changed: listed again
             finally:
                 self._pending.discard(path)
+                with self._lock:
+                    self._reserved.pop(path, None)
 
     def state(self) -> str:
         """ "" while the link is up; else how long it has been down."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import re
 import socket
 import threading
 from collections import deque
@@ -27,8 +28,10 @@ from pathlib import Path
 from agent.errors import ConfigError, UserError, printable
 from workers.remote.gate import Gate, Limits
 from workers.remote.handler import Handler
-from workers.remote.tokens import STEER, Tokens, file_identity, run_tokens
-from workers.remote.wire import decode_command
+from workers.remote.tokens import STEER, WATCH, Tokens, file_identity, run_tokens
+from workers.remote.wire import PROTOCOL, SERVER_NAME, decode_command
+
+BEARER = re.compile(rb"^authorization:[ \t]*bearer[ \t]+([!-~]+)[ \t]*\r?$", re.I | re.M)
 
 
 def is_loopback(host: str) -> bool:
@@ -64,8 +67,13 @@ class RunServer:
                 ) from None
             raise UserError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
         self.port = listener.getsockname()[1]
-        self.gate = Gate(listener, self._answer, limits or Limits())
-        self.transfers = threading.BoundedSemaphore(max(1, self.gate.limits.handlers - 2))
+        self.gate = Gate(
+            listener, self._answer, self._admits, f"{SERVER_NAME}/{PROTOCOL}", limits or Limits()
+        )
+        # File sends per token scope, two handlers always left for hellos, listings and
+        # commands: slow readers with one token never starve the other's windows.
+        share = max(1, (self.gate.limits.handlers - 2) // 2)
+        self.transfers = {scope: threading.BoundedSemaphore(share) for scope in (WATCH, STEER)}
         self.root: Path | None = None
         self.read_only = False
         self._tokens: Tokens | None = None
@@ -192,6 +200,12 @@ class RunServer:
         for line in outcome.notices:
             self.note(f"a connected window asked: {line}")
         return HTTPStatus.OK, {"notices": list(outcome.notices), "value": outcome.value}
+
+    def _admits(self, head: bytes) -> bool:
+        """Whether a request head carries one of the run's tokens (the door asks, before any
+        handler is taken; the handler checks again)."""
+        found = BEARER.search(head)
+        return found is not None and self.tokens.scope_of(found[1].decode("latin-1")) is not None
 
     def _answer(self, sock: socket.socket, head: bytes) -> None:
         """One request on `sock`, whose head the gate has read (handler thread)."""

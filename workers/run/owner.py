@@ -175,7 +175,7 @@ class Run(BaseRun):
         try:
             if members.exists():
                 json.loads(members.read_bytes())["workers"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
             run._note(f"warning: {members} was damaged ({err}); written again from {RUN}")
         # A damaged knob record is no reason to stop: the workers keep the last good values
         # (their checkpoints', the record's history) and say so (knobs_refused records).

@@ -50,7 +50,7 @@ def parse_lane(text: str) -> Lane:
             merges = value == "on"
             continue
         if key == "workers":
-            if not value.isdigit() or int(value) < 1:
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise ConfigError(f"workers must be a whole number of at least 1, got {value!r}")
             size = int(value)
             continue
