@@ -4,6 +4,7 @@ bomb, a body longer than listed, a redirect, a file replaced mid-fetch, an answe
 headers. Nothing is written outside the copy, nothing is imported, memory stays bounded, the
 token goes to nobody else, and the mirror's thread survives every broken answer."""
 
+import gzip
 import http.server
 import json
 import threading
@@ -42,11 +43,12 @@ class Rogue(http.server.BaseHTTPRequestHandler):
         if self.path == "/api/files":
             if "listing" in script:
                 return self.answer(200, script["listing"], {"Content-Encoding": "gzip"})
+            etag = {"ETag": script["etag"]} if "etag" in script else {}
             files = [
                 {"path": p, "size": len(d), "ino": 7, "mtime": 1}
                 for p, d in script["files"].items()
             ]
-            return self.answer(200, json.dumps({"files": files}).encode())
+            return self.answer(200, json.dumps({"files": files}).encode(), etag)
         name = self.path.removeprefix("/files/")
         data = script["bodies"].get(name, script["files"].get(name, b""))
         headers = {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}
@@ -180,12 +182,13 @@ def test_an_appended_piece_from_a_replaced_file_is_never_spliced(rogue, tmp_path
     mirror = Mirror(rogue.base, "t", tmp_path / "copy")
     mirror.first_copy()
     # The file grows on the server, but the piece comes from another file (another inode):
-    # the copy keeps what it had and fetches the file whole next time.
+    # nothing is spliced, the copy lets go of the file (never left on disk uncounted in the
+    # copy's total) and fetches it whole next time.
     rogue.script["files"] = {"worker-0.jsonl": b"line 1\nline 2\n"}
     rogue.script["bodies"] = {"worker-0.jsonl": b"OTHER!\n"}
     rogue.script["headers"] = {"worker-0.jsonl": {"X-Ino": "99", "Content-Range": "bytes 7-13/14"}}
     mirror.sync()
-    assert (tmp_path / "copy" / "worker-0.jsonl").read_bytes() == b"line 1\n"
+    assert not (tmp_path / "copy" / "worker-0.jsonl").exists() and mirror._held == {}
     rogue.script["bodies"], rogue.script["headers"] = {}, {}
     mirror.sync()
     assert (tmp_path / "copy" / "worker-0.jsonl").read_bytes() == b"line 1\nline 2\n"
@@ -429,3 +432,81 @@ def test_a_records_file_of_millions_of_lines_is_never_held_as_millions_of_object
     tracemalloc.stop()
     assert records == [] and skipped == 300_000
     assert peak < 5_000_000, f"{peak / 1e6:.0f} MB for {len(data) / 1e6:.1f} MB of lines"
+
+
+def test_files_the_copy_lets_go_of_leave_the_disk(rogue, tmp_path):
+    """A server that answers 416, or from another file, for what it listed: the copy's file
+    goes with its note, so the cap counts every byte on disk."""
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror.first_copy()
+    for name, status in (("a.npz", 416), ("b.npz", 206)):
+        rogue.script["files"] = {name: b"x" * 100}
+        mirror.sync()
+        assert (tmp_path / "copy" / name).exists()
+        rogue.script["files"] = {name: b"y" * 100}  # replaced on the server (another mtime)
+        rogue.script["status"] = {name: status}
+        rogue.script["headers"] = {name: {"X-Ino": "8"}}  # the other file, if 206
+        rogue.script["files"][name] = b"y" * 100
+        mirror._held[name][2] = 0  # listed as changed
+        mirror.sync()
+        assert not (tmp_path / "copy" / name).exists() and name not in mirror._held
+
+
+def test_a_torch_file_of_compressed_parts_is_refused_before_it_is_unpacked(tmp_path):
+    """torch.save stores its parts whole; a file whose parts are compressed came from
+    elsewhere and could unpack to gigabytes (the window loads the shown weights)."""
+    import io
+
+    import torch
+
+    from agent.errors import WeightsError
+    from workers.rundir.directory import load_state
+
+    buffer = io.BytesIO()
+    torch.save({"w": torch.zeros(1000)}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as stored:
+        parts = [(m.filename, stored.read(m)) for m in stored.infolist()]
+    path = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as packed:
+        for name, data in parts:
+            packed.writestr(name, data)
+    with pytest.raises(WeightsError, match="compressed"):
+        load_state(path)
+    (tmp_path / "good.pt").write_bytes(buffer.getvalue())
+    assert load_state(tmp_path / "good.pt")["w"].shape == (1000,)
+
+
+def test_a_listing_of_absurd_numbers_and_etags_breaks_nothing(rogue, tmp_path):
+    notes: list[str] = []
+    mirror = Mirror(rogue.base, "t", tmp_path / "copy")
+    mirror._note = notes.append
+    rogue.script["files"] = {"a.npz": b"x"}
+    mirror.first_copy()
+    huge = {"path": "b.npz", "size": 10**400, "ino": 1, "mtime": 1}
+    rogue.script["listing"] = gzip.compress(json.dumps({"files": [huge]}).encode())
+    mirror.sync()  # an entry of numbers no file has is passed over: no OverflowError
+    assert not (tmp_path / "copy" / "b.npz").exists()
+    mirror._etag = ""
+    del rogue.script["listing"]
+    rogue.script["etag"] = '"a\rb"'  # a header that cannot be sent back
+    mirror.sync()
+    assert "\r" not in mirror._etag and mirror.sync() == 0  # the next pass still runs
+
+
+def test_a_server_that_cuts_its_answer_short_is_a_link_down(tmp_path):
+    import socket as sockets
+
+    listener = sockets.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 500)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with pytest.raises(LinkDown, match="cut short"):
+            Link(f"http://127.0.0.1:{listener.getsockname()[1]}", "t").ask("/x", 2000)
+    finally:
+        listener.close()

@@ -272,6 +272,28 @@ def test_slow_readers_with_one_token_never_starve_the_others_windows(served, run
         (run_path / "big.pt").unlink()
 
 
+def test_a_slow_reader_gets_every_byte(served, run_path):
+    """A reader whose socket takes a few KB at a time (a slow tunnel): each send of the server
+    may be taken in part, and nothing of the rest is lost."""
+    data = os.urandom(4 << 20)
+    (run_path / "weights.pt").write_bytes(data)
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(60)
+        sock.connect(("127.0.0.1", served.port))
+        head = f"GET /files/weights.pt HTTP/1.1\r\nAuthorization: Bearer {served.steer}\r\n\r\n"
+        sock.sendall(head.encode())
+        answer = bytearray()
+        while chunk := sock.recv(4096):
+            answer += chunk
+            time.sleep(0.0002)  # slower than the server sends
+        sock.close()
+        assert bytes(answer).partition(b"\r\n\r\n")[2] == data
+    finally:
+        (run_path / "weights.pt").unlink()
+
+
 def test_only_the_runs_regular_files_are_served_and_no_path_trick_reaches_another(
     served, run_path, tmp_path
 ):

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from io import BufferedReader, RawIOBase
@@ -31,6 +32,21 @@ CHUNK = 1 << 20
 RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{0,19})")  # one range: a window asks N- or N-M
 NUMBER = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit takes "²" too
 BODY_S = 10.0  # a command's body, all of it
+
+
+class _SendAll(RawIOBase):
+    """Writes all of each piece (socket.sendall): a slow reader's socket may take part of a
+    send, and the rest must not be lost."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        self._sock.sendall(data)
+        return len(data)
 
 
 class _HeadThenSocket(RawIOBase):
@@ -63,7 +79,7 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.connection = self.request
         self.rfile = BufferedReader(_HeadThenSocket(self.head, self.connection))
-        self.wfile = self.connection.makefile("wb", buffering=0)
+        self.wfile = _SendAll(self.connection)
 
     def finish(self) -> None:
         try:
@@ -148,13 +164,14 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
         elif path == "/api/files":
-            self._send_listing(json.dumps({"files": served_files(server.root)}).encode())
+            listing = json.dumps({"files": served_files(server.root)}).encode()
+            self._in_a_slot(lambda: self._send_listing(listing))
         elif path.startswith("/files/"):
             try:
                 rel = unquote(path[len("/files/") :], errors="strict")
             except UnicodeDecodeError:
                 rel = ""  # not a name of this run's files
-            self._send_file(rel)
+            self._in_a_slot(lambda: self._send_file(rel))
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such page here"})
 
@@ -228,21 +245,21 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_file(self, rel: str) -> None:
-        """The file, or from byte N on (Range: bytes=N- or N-M) with 206; the inode, mtime and
-        size of what was read go with it, so the window knows which version it holds."""
+    def _in_a_slot(self, send: Callable[[], None]) -> None:
+        """`send` (a listing, a file) in one of this token scope's transfer slots, or 503:
+        slow readers never hold every handler, and never the other scope's share."""
         slots = self.run_server.transfers[self.scope]
         if not slots.acquire(blocking=False):
-            # Files are sent by at most all handlers but two: slow readers never hold up a
-            # hello, a listing or a command.
             self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "busy: ask again"})
             return
         try:
-            self._send_open_file(rel)
+            send()
         finally:
             slots.release()
 
-    def _send_open_file(self, rel: str) -> None:
+    def _send_file(self, rel: str) -> None:
+        """The file, or from byte N on (Range: bytes=N- or N-M) with 206; the inode, mtime and
+        size of what was read go with it, so the window knows which version it holds."""
         fd = open_served(self.run_server.root, rel)
         if fd is None:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "not a file of this run"})

@@ -85,7 +85,8 @@ class Link:
         # The whole exchange has its time, status line and headers included: a server that
         # sends a byte now and then never holds the thread (each read has its own timeout only).
         seconds = self.timeout + limit / RATE
-        cut = threading.Timer(seconds, _cut, (sock,))
+        was_cut = threading.Event()
+        cut = threading.Timer(seconds, _cut, (sock, was_cut))
         cut.daemon = True
         cut.start()
         try:
@@ -102,20 +103,26 @@ class Link:
                     f"an answer of {printable(length, 20)} bytes, over the {limit:,} asked"
                 )
             data = _read_up_to(answer, limit)
-            if not cut.is_alive():  # cut off: what arrived may be short
+            cut.cancel()
+            if was_cut.is_set():  # cut off: what arrived may be short
                 raise LinkDown("the answer came too slowly")
+            if length is not None and len(data) != int(length):
+                raise LinkDown(f"the answer was cut short ({len(data):,} of {length} bytes)")
             return Answer(answer.status, answer.headers, data)
         except (OSError, http.client.HTTPException) as err:
-            if not cut.is_alive():
+            if was_cut.is_set():
                 raise LinkDown("the answer came too slowly") from None
             raise LinkDown(str(getattr(err, "reason", err)) or type(err).__name__) from None
+        except ValueError as err:  # http.client refused a header (the server's ETag, say)
+            raise BrokenAnswer(f"a header that cannot be sent back ({err})") from None
         finally:
             cut.cancel()
             connection.close()
 
 
-def _cut(sock: socket.socket) -> None:
+def _cut(sock: socket.socket, was_cut: threading.Event) -> None:
     """End an exchange past its time: the thread blocked reading it wakes at once."""
+    was_cut.set()
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:

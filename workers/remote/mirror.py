@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import threading
 import time
 from collections import Counter
@@ -49,6 +50,8 @@ MAX_FILES = 50_000  # a long run's album and records are a few thousand
 MAX_LISTING = 16 << 20  # the listing, unpacked (50,000 files are ~6 MB of JSON)
 MAX_FOLDERS = 4096  # a run's folders: album/worker-K, tb/..., merge/lane-L: a few hundred
 MAX_ANSWER = 64 * 1024  # hello, a command's answer, an error
+ETAG = re.compile(r'"?[!-~]{1,100}"?')
+NOTE_KEYS = ("the listing", "a pass")  # what a broken note may name besides a file
 # A whole file this large (merged weights: 32 MB at 5M) is fetched by a thread of its own, so
 # that the records behind it are not held up for its transfer over a slow link.
 BULK_BYTES = 1 << 20
@@ -224,7 +227,11 @@ class Mirror:
         if len({f["path"].rpartition("/")[0] for f in files}) > MAX_FOLDERS:
             raise BrokenAnswer(f"a listing of more than {MAX_FOLDERS:,} folders")
         self._files = files
-        self._etag = answer.headers.get("ETag", "")[:100]
+        etag = answer.headers.get("ETag", "")
+        self._etag = etag if ETAG.fullmatch(etag) else ""  # sent back: no line break in it
+        listed = {f["path"] for f in files}
+        self._left_out &= listed  # notes said once per file the listing still has
+        self._broken = {p for p in self._broken if p in listed or p in NOTE_KEYS}
         return self._files
 
     def _update(self, served: dict) -> int:
@@ -284,18 +291,14 @@ class Mirror:
             answer = self.link.ask("/files/" + quote(path), size - start, headers=wanted)
             if answer.status == 503:  # every transfer slot busy: the next pass asks again
                 return 0
-            if answer.status in (404, 416):
-                with self._lock:
-                    self._held.pop(path, None)  # shrunk since the listing: whole next pass
-                if answer.status == 404:  # removed since the listing
-                    (self.folder / path).unlink(missing_ok=True)
+            if answer.status in (404, 416):  # removed or shrunk since the listing
+                self._forget(path)
                 return 0
             if answer.status != 206:
                 raise BrokenAnswer(f"HTTP {answer.status} to a range")
             data = answer.body
             if answer.header_int("X-Ino") != ino:  # replaced since the listing: never spliced
-                with self._lock:
-                    self._held.pop(path, None)
+                self._forget(path)
                 return 0
             first = (answer.headers.get("Content-Range") or "").removeprefix("bytes ")
             if not first.startswith(f"{start}-"):
@@ -313,6 +316,13 @@ class Mirror:
             self.bytes_in += len(data)
             self.bytes_by[kind_of(path)] += len(data)
         return len(data)
+
+    def _forget(self, path: str) -> None:
+        """The copy of `path` gone with its note (fetched whole next pass): a local file is
+        never left behind uncounted in the copy's total."""
+        with self._lock:
+            self._held.pop(path, None)
+        (self.folder / path).unlink(missing_ok=True)
 
     def _drop_vanished(self, served: set[str]) -> None:
         with self._lock:
@@ -442,5 +452,7 @@ def listed_entry(entry: object) -> bool:
         isinstance(entry, dict)
         and isinstance(entry.get("path"), str)
         and served_parts(entry["path"]) is not None
-        and all(type(entry.get(k)) is int and entry[k] >= 0 for k in ("size", "ino", "mtime"))
+        and all(
+            type(entry.get(k)) is int and 0 <= entry[k] < 2**63 for k in ("size", "ino", "mtime")
+        )
     )

@@ -70,7 +70,7 @@ class RunServer:
         self.gate = Gate(
             listener, self._answer, self._admits, f"{SERVER_NAME}/{PROTOCOL}", limits or Limits()
         )
-        # File sends per token scope, two handlers always left for hellos, listings and
+        # Listings and files sent per token scope, two handlers always left for hellos and
         # commands: slow readers with one token never starve the other's windows.
         share = max(1, (self.gate.limits.handlers - 2) // 2)
         self.transfers = {scope: threading.BoundedSemaphore(share) for scope in (WATCH, STEER)}
