@@ -356,9 +356,9 @@ def test_every_command_the_window_refuses_is_refused_over_the_wire(served, run_p
         ("SetKnobs", {"changes": {"lane": 1}}, "not a live knob"),
         ("SetKnobs", {"changes": {"cfg": 1}}, "not a live knob"),
         ("SetKnobs", {"changes": {"\x1b]0;owned\x07": 1}}, "not a live knob"),
-        ("RestartWorker", {"worker": 7}, "no worker 7"),  # would start a process of its own
-        ("RestartWorker", {"worker": -3}, "no worker -3"),
-        ("RemoveWorker", {"worker": 10**6}, "no worker"),
+        ("RestartWorker", {"worker": 7}, "worker 7 is not"),  # would start a process of its own
+        ("RestartWorker", {"worker": -3}, "worker -3 is not"),
+        ("RemoveWorker", {"worker": 10**6}, "is not in the run"),
     ]
     for name, fields, why in refused:
         status, body = command(served, name, fields)

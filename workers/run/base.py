@@ -226,7 +226,9 @@ class Workers(ABC):
         if index in self._settings().removed:
             raise UserError(f"worker {index} was removed from the run; add a new one instead")
         if not 0 <= index < self._settings().workers:
-            raise UserError(f"there is no worker {index} (workers: {self._settings().active})")
+            raise UserError(
+                f"worker {index} is not in the run (workers: {self._settings().active})"
+            )
 
     def _check_merged_weights(self, lane: int | None = None) -> None:
         """A new worker starts from its pool's merged weights: refuse it while there are none

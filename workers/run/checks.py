@@ -55,5 +55,7 @@ def check_command(settings: RunSettings, command: Command) -> None:
             if settings.workers >= MAX_WORKERS:
                 raise UserError(f"a run has at most {MAX_WORKERS} workers: none added")
         case RestartWorker(worker) | RemoveWorker(worker) if worker is not None:
+            if isinstance(command, RestartWorker) and worker in settings.removed:
+                raise UserError(f"worker {worker} was removed from the run; add a new one instead")
             if worker not in settings.active:
-                raise UserError(f"there is no worker {worker} (workers: {settings.active})")
+                raise UserError(f"worker {worker} is not in the run (workers: {settings.active})")
