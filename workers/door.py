@@ -47,7 +47,9 @@ from workers.race.text import (
 )
 from workers.race.verdict import MIN_EPISODES
 from workers.remote.connected import ConnectedRun
+from workers.remote.link import Link
 from workers.remote.server import RunServer
+from workers.remote.wire import split_url, token_from
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -105,6 +107,9 @@ __all__ = [
     "resumable",
     "ConnectedRun",
     "RunServer",
+    "Link",
+    "split_url",
+    "token_from",
     "OWNED",
     "Wording",
     "served_notice",

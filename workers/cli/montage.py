@@ -67,6 +67,13 @@ def build_montage_parser() -> CliParser:
         "--eval", action="store_true", help="evaluation episodes instead of training ones"
     )
     parser.add_argument(
+        "--task",
+        default=None,
+        metavar="MODULE:ID",
+        help="the run's gymnasium task named again, to let its module be imported (a run "
+        "directory is data: its own task imports nothing)",
+    )
+    parser.add_argument(
         "--size",
         type=_size,
         default=None,
