@@ -231,6 +231,8 @@ def test_a_promotion_gives_every_worker_the_winners_weights_as_they_are_then(tmp
     for weights in (winning.weights(0), losing.weights(0), losing.weights(1)):
         assert all(torch.allclose(weights[k], mean[k]) for k in mean)
     assert load_state(tmp_path / "merge" / f"promoted-{version}.pt")["pool"] == version
+    lane = load_state(tmp_path / "merge" / "lane-0" / "merged.pt")["model"]  # not `stale`
+    assert all(torch.allclose(lane[k], mean[k]) for k in mean)
     winning.set_weights(0, shifted(mean, 2.0))  # the winner trains on
     restarted, again, _ = rounds_of(tmp_path, [2], (0, 1, 2, 3), start=StartState(lane=1))
     assert restarted.follow(store.read_record())
@@ -318,7 +320,8 @@ def test_a_worker_coming_after_a_promotion_and_a_merge_takes_the_pools_newest_we
 def test_a_promoted_lane_that_keeps_its_policies_hands_on_one_workers_own(tmp_path):
     """merge_policy off in the winning lane (a pack of workers 0 and 1): the promotion's
     weights are worker 0's as it would hold them after a last round, its own policy with the
-    lane's mean world model, never an average of two policies that never shared weights."""
+    lane's mean world model, never an average of two policies that never shared weights; the
+    lane's merged.pt ends as the same."""
     cfg = dataclasses.replace(CFG, merge_policy=False)
     layout = ((0, 1), (2,))
     make_run(tmp_path, cfg, RunSettings(workers=3), layout, (Lane(), Lane()))
@@ -336,3 +339,5 @@ def test_a_promoted_lane_that_keeps_its_policies_hands_on_one_workers_own(tmp_pa
         mean = (own[0][name] + own[1][name]) / 2
         expected = own[0][name] if name.startswith("pi.") else mean
         assert torch.allclose(value, expected, atol=1e-6), name
+    lane = load_state(tmp_path / "merge" / "lane-0" / "merged.pt")["model"]
+    assert same(lane, promoted)  # the lane's last published: what the promotion hands on

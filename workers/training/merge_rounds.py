@@ -137,7 +137,10 @@ class MergeRounds:
 
     def _publish_promoted(self, record: KnobRecord, path: Path) -> None:
         """This process's part of the promoted lane's weights: a merge round of the lane's
-        workers now (the pool they leave), or the promoted worker's own weights."""
+        workers now (the pool they leave), or the promoted worker's own weights. The lane's
+        merged.pt ends as what the promotion hands on (with the policy kept too: a worker's
+        own, never the averaged policies), so a worker that finds no promotion file in time
+        takes the same weights."""
         t, agent = self.trainer, self.trainer.agent
         own = {self.specs[k].index: k for k in self.merging}
         if record.promoted_worker is not None:
@@ -154,8 +157,8 @@ class MergeRounds:
             # With the policy kept, the lane's weights are its lowest finite worker's as
             # that worker would hold them after this round: its own policy, never an average.
             source = None if rule.policy else agent.model_state(good[0])
+            members, step = tuple(self.specs[k].index for k in good), t.step
             if [w for w in self.backend.members() if w not in own]:
-                members = tuple(self.specs[k].index for k in good)
                 try:
                     result = self._guarded(
                         lambda: self.backend.merge(
@@ -165,16 +168,20 @@ class MergeRounds:
                             t.step,
                             members,
                             tuple(own),
-                            publish=source is None,  # a kept policy: the lane's last stays
+                            publish=False,  # below, as the promotion hands it on
                         )
                     )
                 except MergeCancelled:
                     return  # a stop while waiting: the checkpoint comes first, not the file
                 if result is None:
                     return
-                state = result.merged
+                state, members, step = result.merged, tuple(result.participants), result.step
             if source is not None:
                 state = taken(source, state, rule)
+            final = {k: v.detach().cpu() for k, v in state.items()}
+            self._guarded(
+                lambda: self.backend.publish_merged(PROMOTION_ROUND, final, list(members), step)
+            )
         payload = {"model": {k: v.detach().cpu() for k, v in state.items()}, "step": t.step}
         payload["pool"] = record.pool
         self._guarded(lambda: save_state(path, payload))
