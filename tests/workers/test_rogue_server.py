@@ -414,6 +414,39 @@ def test_an_episode_file_that_declares_more_than_it_holds_is_not_read(tmp_path):
     assert read_replay(path) is None
 
 
+def test_an_episode_file_the_player_could_not_play_is_not_read(tmp_path):
+    """A replay from elsewhere whose metadata nests without end, whose step lasts NaN seconds
+    (the playhead divides by it) or whose poses are text or NaN is passed over: the player
+    thread that reads it has nothing to restart it."""
+    import io
+    import json
+
+    import numpy as np
+
+    from workers.rundir.replays import read_replay
+
+    meta = dict(worker=0, phase="train", step=5, episode=1, step_seconds=0.04, time=1.0)
+
+    def episode(name: str, states=None, **changes) -> Path:
+        buffer = io.BytesIO()
+        fields = {**meta, **changes}
+        text = fields.pop("text", None) or json.dumps(fields)
+        states = np.zeros((3, 4)) if states is None else states
+        np.savez(buffer, states=states, rewards=np.ones(2, np.float32), meta=np.array(text))
+        (tmp_path / name).write_bytes(buffer.getvalue())
+        return tmp_path / name
+
+    assert read_replay(episode("good.npz")).step_seconds == 0.04
+    unplayable = [
+        episode("deep.npz", text="[" * 100_000 + "]" * 100_000),
+        episode("nan.npz", step_seconds=float("nan")),
+        episode("infinite.npz", time=float("inf")),
+        episode("nan-poses.npz", states=np.full((3, 4), np.nan)),
+        episode("text-poses.npz", states=np.full((3, 4), "x")),
+    ]
+    assert [read_replay(path) for path in unplayable] == [None] * len(unplayable)
+
+
 def test_a_token_that_is_not_a_servers_is_one_line_and_never_shown():
     with pytest.raises(UserError, match="not one a run server prints") as refused:
         Link("http://127.0.0.1:9", "SECRET1\nSECRET2")
@@ -474,6 +507,38 @@ def test_a_torch_file_of_compressed_parts_is_refused_before_it_is_unpacked(tmp_p
         load_state(path)
     (tmp_path / "good.pt").write_bytes(buffer.getvalue())
     assert load_state(tmp_path / "good.pt")["w"].shape == (1000,)
+
+
+def test_a_torch_file_of_parts_over_the_same_bytes_is_refused_before_it_is_unpacked(tmp_path):
+    """Every part stored whole, but the zip's directory points many tensors' parts at one
+    place (or claims parts larger than the file): torch would allocate each part anew, so a
+    small file from elsewhere could fill the window's memory."""
+    import io
+    import struct
+
+    import torch
+
+    from agent.errors import WeightsError
+    from workers.rundir.directory import load_state
+
+    buffer = io.BytesIO()
+    torch.save({"a": torch.zeros(1000), "b": torch.ones(1000)}, buffer)
+    good = buffer.getvalue()
+    with zipfile.ZipFile(io.BytesIO(good)) as stored:
+        data = {m.filename.rsplit("/", 1)[-1]: m for m in stored.infolist()}
+    first, second = data["0"], data["1"]
+    entries = [i for i in range(len(good) - 4) if good[i : i + 4] == b"PK\x01\x02"]
+    at = next(i for i in entries if good[i + 46 :].startswith(second.filename.encode()))
+    shared = bytearray(good)  # the second tensor's part read from the first one's place
+    shared[at + 42 : at + 46] = struct.pack("<I", first.header_offset)
+    swollen = bytearray(good)  # a part claiming more bytes than the whole file
+    swollen[at + 20 : at + 28] = struct.pack("<II", len(good) * 4, len(good) * 4)
+    for name, crafted in (("shared.pt", shared), ("swollen.pt", swollen)):
+        (tmp_path / name).write_bytes(bytes(crafted))
+        with pytest.raises(WeightsError, match="overlapping"):
+            load_state(tmp_path / name)
+    (tmp_path / "good.pt").write_bytes(good)
+    assert load_state(tmp_path / "good.pt")["b"].sum() == 1000
 
 
 def test_a_listing_of_absurd_numbers_and_etags_breaks_nothing(rogue, tmp_path):

@@ -167,6 +167,8 @@ def test_every_malformed_request_gets_a_4xx_answer_naming_nothing_inside(served)
         b"\r\n" + steer + b"\r\n": 400,
         b"POST /api/command HTTP/1.1\r\n" + steer + "Content-Length: \u00b2\r\n\r\n".encode(): 411,
         b"GET / HTTP/9.9\r\n" + steer + b"\r\n": 400,
+        b"GET http://[/files/run.json HTTP/1.1\r\n" + steer + b"\r\n": 400,  # no such host
+        b"POST http://[/api/command HTTP/1.1\r\n" + steer + b"Content-Length: 2\r\n\r\n{}": 400,
         b"GET /api/files HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20_000 + b"\r\n\r\n": 431,
         b"GET /api/files HTTP/1.1\r\n" + steer + b"X: y\r\n" * 150 + b"\r\n": 431,
         # Without a token the door answers before any parsing: 401, whatever else is wrong.
@@ -489,3 +491,36 @@ def test_out_of_descriptors_the_door_backs_off_instead_of_spinning(run_path):
                 sock.close()
     finally:
         server.stop()
+
+
+def test_a_flood_from_one_address_pushes_out_its_own_connections_not_a_late_head(tmp_path):
+    """Through `ssh -L` a head arrives a round trip after its connection; connections from
+    another address, opened faster than the waiting room holds them, close their own oldest
+    and never the token holder's, whose head comes late."""
+    from workers.remote.gate import Gate, Limits
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    answer = b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"
+    room = Limits(max_waiting=8)
+    gate = Gate(listener, lambda sock, head: sock.sendall(answer), lambda head: True, "t", room)
+    door = threading.Thread(target=gate.serve, daemon=True)
+    door.start()
+    port = listener.getsockname()[1]
+    try:
+        holder = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert wait_until(lambda: gate.waiting() == 1, 10)
+        flood = [
+            socket.create_connection(
+                ("127.0.0.1", port), timeout=10, source_address=("127.0.0.2", 0)
+            )
+            for _ in range(40)
+        ]
+        assert wait_until(lambda: gate.evicted >= 30, 10) and gate.waiting() == 8
+        holder.sendall(b"GET /api/hello HTTP/1.1\r\n\r\n")
+        assert holder.recv(100).startswith(b"HTTP/1.0 200")
+        for sock in flood + [holder]:
+            sock.close()
+    finally:
+        gate.stop()
+        door.join(10)
+        listener.close()

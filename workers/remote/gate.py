@@ -3,7 +3,9 @@ its own, until its request head has arrived; only then does one of a few handler
 it (server.py), and that thread checks the token before anything else.
 
 So whatever others send, the token holder gets in: at most `max_waiting` connections wait for
-their heads (the oldest is closed when another comes), each at most `head_deadline_s`
+their heads (when another comes, the oldest from its own address is closed: a flood from one
+address pushes out its own connections, not a token holder's from another), each at most
+`head_deadline_s`
 (slowloris), a head at most `max_head` bytes (431); at most `handlers` threads answer, with at
 most `queued` complete heads waiting for them (503 beyond); when the process runs out of file
 descriptors the door closes the oldest waiting connection and pauses instead of spinning. The
@@ -95,6 +97,8 @@ class Gate:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ)
         self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first
+        self._sources: dict[str, dict[socket.socket, None]] = {}  # each address's, oldest first
+        self._source_of: dict[socket.socket, str] = {}
         # Answered connections whose input is read and dropped before they close: closing a
         # socket with unread input resets it, and the other side may lose the answer.
         self._lingering: dict[socket.socket, float] = {}
@@ -141,7 +145,7 @@ class Gate:
     def _accept(self) -> None:
         for _ in range(64):  # a burst, then the waiting heads get their turn
             try:
-                sock, _addr = self.listener.accept()
+                sock, addr = self.listener.accept()
             except BlockingIOError:
                 return
             except OSError as err:
@@ -152,10 +156,13 @@ class Gate:
                         self._evict_oldest()
                     time.sleep(0.05)
                 return
+            source = str(addr[0] if isinstance(addr, tuple) else addr)
             if len(self._waiting) >= self.limits.max_waiting:
-                self._evict_oldest()
+                self._evict_oldest(source)
             sock.setblocking(False)
             self._waiting[sock] = (time.monotonic() + self.limits.head_deadline_s, bytearray())
+            self._sources.setdefault(source, {})[sock] = None
+            self._source_of[sock] = source
             self._selector.register(sock, selectors.EVENT_READ)
             # A client sends its head with the connection: read it now, before a flood of
             # newer connections can push this one out of the waiting room.
@@ -249,17 +256,28 @@ class Gate:
             pass
         self._drop(sock)
 
-    def _evict_oldest(self) -> None:
+    def _evict_oldest(self, source: str | None = None) -> None:
+        """Close the oldest waiting connection from `source` (any address if it has none)."""
         self.evicted += 1
-        self._drop(next(iter(self._waiting)))
+        own = self._sources.get(source) if source is not None else None
+        self._drop(next(iter(own or self._waiting)))
 
     def _unwait(self, sock: socket.socket) -> None:
         self._selector.unregister(sock)
         del self._waiting[sock]
+        self._forget_source(sock)
 
     def _drop(self, sock: socket.socket) -> None:
         """Close a waiting or lingering connection."""
         self._selector.unregister(sock)
         self._waiting.pop(sock, None)
         self._lingering.pop(sock, None)
+        self._forget_source(sock)
         sock.close()
+
+    def _forget_source(self, sock: socket.socket) -> None:
+        source = self._source_of.pop(sock, None)
+        if source is not None:
+            del self._sources[source][sock]
+            if not self._sources[source]:
+                del self._sources[source]

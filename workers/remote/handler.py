@@ -1,7 +1,8 @@
 """One request to a run server (server.py), in a handler thread, its head already read by the
 door (gate.py): the token checked first, then the run's hello, its listing, one of its files
 (Range: bytes=N- or N-M) or a command. http.server parses; every refusal, its own included, is
-a JSON answer with a 4xx status, and a failure names nothing of the server's insides."""
+a JSON answer with a 4xx status, and a failure names nothing of the server's insides. Over 300
+lines because every answer and its refusals are one request's path, read together."""
 
 from __future__ import annotations
 
@@ -147,11 +148,21 @@ class Handler(BaseHTTPRequestHandler):
         self._answered = True
         super().send_response(code, message)
 
+    def _page(self) -> str | None:
+        """The page the request names, or None once a request that names none is answered."""
+        try:
+            return urlsplit(self.path).path
+        except ValueError:  # such as "http://[/": a host that opens and never closes
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": "the request names no page"})
+            return None
+
     def _get(self) -> None:
         scope = self._scope()
         if scope is None:
             return
-        server, path = self.run_server, urlsplit(self.path).path
+        server, path = self.run_server, self._page()
+        if path is None:
+            return
         if path == "/api/hello":
             self._send_json(
                 HTTPStatus.OK,
@@ -179,7 +190,10 @@ class Handler(BaseHTTPRequestHandler):
         scope = self._scope()
         if scope is None:
             return
-        if urlsplit(self.path).path != "/api/command":
+        path = self._page()
+        if path is None:
+            return
+        if path != "/api/command":
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "commands go to /api/command"})
             return
         refusal = self.run_server.refusal(scope)  # before a byte of the body is read

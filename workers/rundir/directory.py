@@ -134,16 +134,22 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
 
 
 def stored_whole(data: bytes) -> bool:
-    """Whether a torch file's parts are stored as torch.save stores them, uncompressed (a zip
-    of compressed parts from elsewhere could unpack to the window's whole memory); a file of
-    torch's older, unzipped format is stored whole too."""
+    """Whether a torch file's parts are stored as torch.save stores them: uncompressed, each
+    at its own place, together no larger than the file (a zip from elsewhere of compressed
+    parts, or of many parts over the same bytes, could unpack to the window's whole memory); a
+    file of torch's older, unzipped format is stored whole too."""
     if not zipfile.is_zipfile(io.BytesIO(data)):
         return True
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            return all(m.compress_type == zipfile.ZIP_STORED for m in archive.infolist())
+            parts = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError):
         return False
+    return (
+        all(part.compress_type == zipfile.ZIP_STORED for part in parts)
+        and len({part.header_offset for part in parts}) == len(parts)
+        and sum(part.file_size for part in parts) <= len(data)
+    )
 
 
 def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
@@ -154,7 +160,9 @@ def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     except OSError as err:
         raise WeightsError(f"cannot read {path}: {err.strerror}") from None
     if not stored_whole(data):
-        raise WeightsError(f"{path} is not a torch file as torch writes one (compressed parts)")
+        raise WeightsError(
+            f"{path} is not a torch file as torch writes one (parts compressed or overlapping)"
+        )
     try:
         state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except Exception as err:  # torch raises many kinds of errors for a damaged file

@@ -124,9 +124,23 @@ def read_replay(path: str | Path) -> EpisodeReplay | None:
             step_seconds=float(meta["step_seconds"]),
             time=float(meta["time"]),
         )
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, MemoryError):
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        EOFError,
+        zipfile.BadZipFile,
+        MemoryError,
+        RecursionError,
+    ):
         return None
-    if states.ndim != 2 or len(states) != len(rewards) + 1 or replay.step_seconds <= 0:
+    numbers = all(np.issubdtype(a.dtype, np.number) for a in (states, rewards))
+    if not numbers or states.ndim != 2 or rewards.ndim != 1 or len(states) != len(rewards) + 1:
+        return None
+    # The playhead divides by the step's seconds and poses the model with the states.
+    finite = math.isfinite(replay.step_seconds) and math.isfinite(replay.time)
+    if not finite or replay.step_seconds <= 0 or not np.isfinite(states).all():
         return None
     return replay
 
