@@ -1,8 +1,8 @@
 """One request to a run server (server.py), in a handler thread, its head already read by the
 door (gate.py): the token checked first, then the run's hello, its listing, one of its files
 (Range: bytes=N- or N-M) or a command. http.server parses; every refusal, its own included, is
-a JSON answer with a 4xx status, and a failure names nothing of the server's insides. Over 300
-lines because every answer and its refusals are one request's path, read together."""
+a JSON answer with a 4xx status, and a failure names nothing of the server's insides.
+Over 300 lines because every answer and its refusals are one request's path, read together."""
 
 from __future__ import annotations
 
