@@ -38,13 +38,42 @@ def task_kind(task: str) -> str:
     )
 
 
-def check_task(task: str, env_kwargs: dict | None = None) -> None:
-    """Everything a run checks about its task before it writes anything: the name, and for a
-    gymnasium env its contract and gymnasium's own env check."""
+def check_task(task: str, env_kwargs: dict | None = None, obs: str = "state") -> None:
+    """Everything a run checks about its task before it writes anything: the name, for a
+    gymnasium env its contract and gymnasium's own env check, for pixels that the task
+    renders here."""
     if task_kind(task) == "gymnasium":
+        if obs == "rgb":
+            raise ConfigError(
+                f"--obs rgb renders DMControl tasks (as the authors' obs=rgb); {task} is a "
+                "gymnasium env: leave --obs at state",
+                "obs",
+            )
         check_contract(task, env_kwargs)
     elif env_kwargs:
         raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
+    elif obs == "rgb":
+        check_renders(task)
+
+
+def check_renders(task: str) -> None:
+    """A pixel run's task must render offscreen here (MuJoCo's GL backend): one frame is
+    rendered, else a ConfigError that says why."""
+    env = DMControlEnv(task, obs="rgb")
+    try:
+        env.reset(seed=0)  # renders the first frame
+    except Exception as err:  # noqa: BLE001  (whatever the GL backend raises)
+        raise ConfigError(render_failure(task, err), "obs") from None
+    finally:
+        env.close()
+
+
+def render_failure(task: str, err: BaseException) -> str:
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+    return (
+        f"--obs rgb: {task} cannot render here (MUJOCO_GL={os.environ.get('MUJOCO_GL')}: "
+        f"{first}); install EGL (libegl1) or OSMesa (libosmesa6), or train from states"
+    )
 
 
 def task_defaults(
@@ -86,27 +115,42 @@ def make_env(
     episode_length: int = 500,
     env_kwargs: dict | None = None,
     render_size: tuple[int, int] = (240, 320),
+    obs: str = "state",
 ) -> Env:
-    """One env of `task`; `env_kwargs` go to a gymnasium env's constructor."""
+    """One env of `task`; `env_kwargs` go to a gymnasium env's constructor; `obs`: state, or
+    rgb (a DMControl task's stacked frames)."""
     if task_kind(task) == "dmcontrol":
         if env_kwargs:
             raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
-        return DMControlEnv(task, seed, action_repeat, episode_length, render_size)
+        return DMControlEnv(task, seed, action_repeat, episode_length, render_size, obs=obs)
+    if obs != "state":
+        raise ConfigError(f"--obs {obs} renders DMControl tasks only; {task} is a gymnasium env")
     return GymEnv(task, seed, action_repeat, episode_length, render_size, env_kwargs=env_kwargs)
 
 
 def env_of(cfg: Config, seed: int, render_size: tuple[int, int] = (240, 320)) -> Env:
     """One env as `cfg` has it: its task, repeat, episode length and env_kwargs."""
     return make_env(
-        cfg.task, seed, cfg.action_repeat, cfg.episode_length, cfg.env_options, render_size
+        cfg.task,
+        seed,
+        cfg.action_repeat,
+        cfg.episode_length,
+        cfg.env_options,
+        render_size,
+        obs=cfg.obs,
     )
 
 
 def _env_factory(
-    task: str, seed: int, action_repeat: int, episode_length: int, env_kwargs: dict | None
+    task: str,
+    seed: int,
+    action_repeat: int,
+    episode_length: int,
+    env_kwargs: dict | None,
+    obs: str,
 ) -> Callable:
     def make() -> Env:
-        return make_env(task, seed, action_repeat, episode_length, env_kwargs)
+        return make_env(task, seed, action_repeat, episode_length, env_kwargs, obs=obs)
 
     return make
 
@@ -120,6 +164,7 @@ def make_vector_env(
     asynchronous: bool | None = None,
     seeds: Sequence[int] | None = None,
     env_kwargs: dict | None = None,
+    obs: str = "state",
 ) -> VectorEnv:
     """num_envs copies of a task (seeds seed, seed+1, ..., or the given `seeds`) stepped
     together.
@@ -130,7 +175,9 @@ def make_vector_env(
     """
     task_kind(task)
     seeds = list(seeds) if seeds is not None else [seed + i for i in range(num_envs)]
-    factories = [_env_factory(task, s, action_repeat, episode_length, env_kwargs) for s in seeds]
+    factories = [
+        _env_factory(task, s, action_repeat, episode_length, env_kwargs, obs) for s in seeds
+    ]
     num_envs = len(seeds)
     if asynchronous is None:
         asynchronous = num_envs > 1 and (os.cpu_count() or 1) > num_envs

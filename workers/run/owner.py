@@ -133,7 +133,7 @@ class Run(BaseRun):
         one worker's networks), else fresh. `lanes`: a race from the start, lane n running
         with the run's knob values changed by its own, with its size (or a share of the
         workers no lane sized) and merging or not, each `settings.replicas` times."""
-        check_task(cfg.task, cfg.env_options)
+        check_task(cfg.task, cfg.env_options, cfg.obs)
         if settings.wandb:
             require_wandb()
         if cfg.iterations == 0:
