@@ -113,3 +113,9 @@ class WorldModel(nn.Module):
         """Polyak-move the target Qs towards the online Qs."""
         target = list(self.target_qs.parameters())
         torch._foreach_lerp_(target, list(self.qs.parameters()), tau)
+
+
+def weights_obs(model_state: dict) -> str:
+    """What networks saved as `model_state` (a WorldModel's state dict) learned from: "rgb"
+    when their encoder is the convolutional one, else "state"."""
+    return "rgb" if any(name.startswith("encoder.convs.") for name in model_state) else "state"

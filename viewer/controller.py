@@ -178,7 +178,7 @@ class Controller:
         control = run.settings.control_index  # not workers - 1: workers may have been added
         self._model = RunModel(workers, run.cfg.resolved_seed_steps, control)
         self._cameras = run.showcase.camera_names()
-        published = published_curve(run.cfg.task, run.cfg.action_repeat)
+        published = published_curve(run.cfg.task, run.cfg.action_repeat, run.cfg.obs)
         self._published_note = published_note(run.cfg, published is not None)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
         # The race table's thresholds are fractions of the published end where it applies.

@@ -99,6 +99,15 @@ def task_defaults(
     }
 
 
+def obs_action_dims(cfg: Config) -> tuple[int, int]:
+    """The sizes of a run's observations (flat) and actions, read from one env of it."""
+    env = env_of(cfg, 0)  # loads the model; a pixel env renders nothing until reset
+    try:
+        return int(env.observation_space.shape[0]), int(env.action_space.shape[0])
+    finally:
+        env.close()
+
+
 def action_dim(task: str, env_kwargs: dict | None = None) -> int:
     """The task's action dimension (what the auto planner settings depend on)."""
     env = make_env(task, env_kwargs=env_kwargs)

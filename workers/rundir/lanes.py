@@ -54,6 +54,13 @@ def parse_lane(text: str) -> Lane:
                 raise ConfigError(f"workers must be a whole number of at least 1, got {value!r}")
             size = int(value)
             continue
+        if key == "obs":
+            raise ConfigError(
+                "lanes cannot differ in obs: a race compares settings on the same observations "
+                "(its lanes start from, and promote, each other's weights); give --obs for the "
+                "whole run",
+                key,
+            )
         if key not in table:
             raise ConfigError(
                 f"{key!r} is not a live knob, workers=N or merge=off (knobs: {', '.join(table)})",
