@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import warnings
 
 import gymnasium
 import numpy as np
@@ -25,6 +26,9 @@ def choose_gl_backend() -> str:
             os.environ["MUJOCO_GL"] = "glfw"
     if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+    # GLFW warns at import when there is no display; a render that then fails says so in its
+    # error (a pixel run refuses to start with it, agent/envs/make.py's check_renders).
+    warnings.filterwarnings("ignore", module="glfw")
     return os.environ["MUJOCO_GL"]
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from agent.agent import TDMPC2
 from agent.config import make_config
@@ -16,7 +17,6 @@ from agent.errors import ConfigError
 from agent.noise import PackNoise
 from agent.pixels import FRAMES, OBS_DIM, SIZE, FrameStack, camera_of, frames_of
 from agent.world_model import WorldModel
-from tests.conftest import tiny_config
 
 
 def authors_conv(in_channels=9, channels=32):
