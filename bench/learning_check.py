@@ -6,7 +6,8 @@ this command share `check_config`, so the figures in BENCHMARKS.md are the test'
     python -m bench.learning_check --seeds 1,2 --steps 3000 --eval-every 250 --obs rgb
 
 Each seed trains in a process of its own with one torch thread, all side by side; one JSON line
-per seed: its evaluations (agent step, mean return of 2 episodes, minutes since it started).
+per seed: its evaluations (agent step, mean return of 2 episodes, minutes since it started),
+each also printed as it comes.
 `--obs rgb`: the same from pixels (64x64 frames, the last 3 stacked)."""
 
 from __future__ import annotations
@@ -42,14 +43,18 @@ def check_config(seed: int, steps: int, eval_every: int = 0, obs: str = "state")
 
 
 class EvalClock:
-    """Training hooks that note the minutes since the start at each evaluation."""
+    """Training hooks that note the minutes since the start at each evaluation, and print it
+    as it comes (a run of hours keeps what it measured if it is stopped)."""
 
-    def __init__(self) -> None:
-        self.start, self.minutes = time.monotonic(), []
+    def __init__(self, seed: int) -> None:
+        self.seed, self.start, self.minutes = seed, time.monotonic(), []
 
     def after_step(self, trainer) -> None:
         while len(self.minutes) < len(trainer.eval_returns):
             self.minutes.append(round((time.monotonic() - self.start) / 60, 1))
+            step, ret = trainer.eval_returns[len(self.minutes) - 1]
+            line = {"seed": self.seed, "eval": [int(step), round(ret, 1), self.minutes[-1]]}
+            print(json.dumps(line), flush=True)
 
     def after_update(self, trainer) -> None:
         pass
@@ -62,7 +67,7 @@ def curve(seed: int, steps: int, eval_every: int, obs: str = "state") -> dict:
     from workers.training.trainer import Trainer
 
     torch.set_num_threads(1)
-    clock = EvalClock()
+    clock = EvalClock(seed)
     trainer = Trainer(check_config(seed, steps, eval_every, obs), progress=False)
     summary = trainer.run(clock)
     clock.after_step(trainer)  # the last evaluation, after the last step
