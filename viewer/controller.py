@@ -255,6 +255,7 @@ class Controller:
         self.view = View(
             **base,
             task=run.cfg.task,
+            obs=run.cfg.obs,
             run_path=str(run.path),
             wording=run.wording,
             paused=run.is_paused(),

@@ -13,7 +13,6 @@ from agent.agent import resolve_device
 from agent.buffer import EpisodeBuffer, buffer_rows, frame_storage
 from agent.config import Config
 from agent.errors import UserError
-from workers.rundir.settings import RunSettings
 
 SHARE = 0.8  # of the memory available: the rest for the networks, batches and the program
 
@@ -40,12 +39,12 @@ def _read(path: str) -> str:
         return ""
 
 
-def local_workers(settings: RunSettings) -> int:
-    """The workers whose buffers this machine holds: all of a run's, or a torchrun job's
-    ranks on this machine (LOCAL_WORLD_SIZE) times each rank's share."""
-    if settings.ranks > 1:
-        return settings.pack * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return settings.workers
+def local_workers(workers: int, pack: int, ranks: int) -> int:
+    """The workers whose buffers this machine holds: all of a run's, or (a torchrun job of
+    `ranks`) its ranks on this machine (LOCAL_WORLD_SIZE) times each rank's `pack`."""
+    if ranks > 1:
+        return pack * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return workers
 
 
 def buffers_bytes(cfg: Config, workers: int, obs_dim: int, action_dim: int) -> int:

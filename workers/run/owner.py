@@ -135,9 +135,8 @@ class Run(BaseRun):
         with the run's knob values changed by its own, with its size (or a share of the
         workers no lane sized) and merging or not, each `settings.replicas` times."""
         check_task(cfg.task, cfg.env_options, cfg.obs)
-        check_buffers_fit(
-            cfg, local_workers(settings), *obs_action_dims(cfg), available_bytes(cfg.device)
-        )
+        here = local_workers(settings.workers, settings.pack, settings.ranks)
+        check_buffers_fit(cfg, here, *obs_action_dims(cfg), available_bytes(cfg.device))
         if settings.wandb:
             require_wandb()
         if cfg.iterations == 0:
