@@ -226,3 +226,30 @@ def test_frames_are_concatenated_on_channels_as_the_authors_do():
 def test_the_authors_cameras():
     assert camera_of("quadruped") == 2
     assert {camera_of(d) for d in ("walker", "cheetah", "cartpole", "reacher")} == {0}
+
+
+@pytest.mark.parametrize("threads", [True, False], ids=["cpu-threads", "batched"])
+def test_a_pixel_pack_updates_and_plans_as_its_lone_workers(threads, monkeypatch):
+    """Batched (a GPU's path: one grouped convolution for the pack) or on a CPU's threads, a
+    pack's update and plan are its lone workers' (dropout off: a pack draws its masks apart)."""
+    monkeypatch.setattr(TDMPC2, "cpu_threads", threads)
+    cfg = tiny_config(obs="rgb", dropout=0.0)
+    pack = TDMPC2(cfg, OBS_DIM, 1, seeds=[1, 2])
+    h, b = cfg.horizon, cfg.batch_size
+    batch = (pixels(2, h + 1, b), torch.rand(2, h, b, 1) * 2 - 1, torch.rand(2, h, b, 1))
+    batch = (*batch, torch.zeros(2, h, b, 1))
+    obs = pixels(2, 3, seed=4)
+    together = pack.update(batch)
+    acted = pack.act(obs, t0=True)
+    for k, seed in enumerate([1, 2]):
+        lone = TDMPC2(cfg, OBS_DIM, 1, seeds=[seed])
+        info = lone.update(tuple(x[k] for x in batch))
+        for name in ("total_loss", "grad_norm", "consistency_loss"):
+            torch.testing.assert_close(together[name][k], info[name], rtol=1e-4, atol=1e-5)
+        conv = lone.model.encoder.convs[0].weight[0]
+        torch.testing.assert_close(
+            pack.model.encoder.convs[0].weight[k], conv, rtol=1e-4, atol=1e-6
+        )
+        torch.testing.assert_close(
+            acted[k], lone.act(obs[k : k + 1], t0=True)[0], atol=1e-4, rtol=0
+        )
