@@ -28,6 +28,7 @@ from workers.door import (
     Command,
     Lane,
     OpenShowcase,
+    ShowPanes,
     check_race,
     lane_source,
     race_top,
@@ -172,6 +173,8 @@ class Controller:
             self._phase = "idle" if self._run is None else "stopped"
             raise
         run.do(OpenShowcase(*self.frame_size, mode=self.viewport, nice=WORKER_NICE))
+        if run.cfg.obs == "rgb":  # a run from pixels opens on what its agent sees
+            run.do(ShowPanes("agent-view"))
         with self._run_lock:
             self._run = run
         workers = run.settings.workers

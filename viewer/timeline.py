@@ -85,7 +85,7 @@ def chart_pick(
 
 
 # Over the agent's view (a pixel run): its frames, oldest first, as its encoder takes them.
-AGENT_FRAME_LABELS = ("agent sees: t-2", "t-1", "t (64x64 each)")
+AGENT_FRAME_LABELS = ("t-2", "t-1", "t")
 
 
 Point = tuple[int, int]

@@ -14,12 +14,14 @@ import numpy as np
 from agent.pixels import FRAMES, SIZE
 
 MARGIN = 4  # pixels around each frame of the column
+OVERLAY = 6  # the column leaves the top 1/OVERLAY of the frame to the overlay's text
 
 
 def frame_side(height: int, width: int) -> int:
-    """Each frame's side in the column: as large as FRAMES of them fit the height, the column
-    at most a third of the width."""
-    return max(1, min((height - (FRAMES + 1) * MARGIN) // FRAMES, width // 3 - 2 * MARGIN))
+    """Each frame's side in the column: as large as FRAMES of them fit below the overlay's
+    rows, the column at most a third of the width."""
+    tall = (height - height // OVERLAY - (FRAMES + 1) * MARGIN) // FRAMES
+    return max(1, min(tall, width // 3 - 2 * MARGIN))
 
 
 def view_width(height: int, width: int) -> int:
@@ -28,10 +30,10 @@ def view_width(height: int, width: int) -> int:
 
 
 def frame_boxes(height: int, width: int) -> list[tuple[int, int, int]]:
-    """(top, left, side) of each frame in the column, oldest first."""
+    """(top, left, side) of each frame in the column, oldest first, the last at the bottom."""
     side = frame_side(height, width)
     left = view_width(height, width) + MARGIN
-    top = max(MARGIN, (height - FRAMES * side - (FRAMES - 1) * MARGIN) // 2)
+    top = height - FRAMES * (side + MARGIN)
     return [(top + n * (side + MARGIN), left, side) for n in range(FRAMES)]
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import imageio.v2 as imageio
 import numpy as np
+from PIL import Image
 
 from agent.envs import env_of
 from agent.errors import UserError
@@ -177,8 +178,13 @@ def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop, age
     scale = chart_scale([t.curve for t in plan.tiles] + [marks])
     for n in range(plan.episodes):
         replays = [t.episodes[n] for t in plan.tiles]
+        # The text and chart over the view only, the agent's column left clear.
+        shown = (size[0], view_width(*size)) if agent_view else size
         layers = [
-            tile_overlay(size, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret), scale)
+            _widened(
+                tile_overlay(shown, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret), scale),
+                size,
+            )
             for t, r in zip(plan.tiles, replays)
         ]
         seen = [
@@ -197,6 +203,15 @@ def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop, age
             done += 1
             if progress is not None:
                 progress(done, total)
+
+
+def _widened(layer: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """A see-through layer of `size` (height, width) with `layer` at its left."""
+    if layer.size == (size[1], size[0]):
+        return layer
+    whole = Image.new("RGBA", (size[1], size[0]), (0, 0, 0, 0))
+    whole.paste(layer, (0, 0))
+    return whole
 
 
 def pose_frame(env, pose) -> np.ndarray:
