@@ -115,6 +115,22 @@ def quit_with_ctrl_q(x, window: str, app: subprocess.Popen) -> None:
     assert code == 0, app.stderr.read()
 
 
+def ctrl_p(x, window: str, run: Path):
+    """A check that presses Ctrl+P and returns the frames it saved within 3 s (none: to be
+    pressed again; until the showcase's first frame arrives, Ctrl+P is refused)."""
+
+    def saved() -> list[Path]:
+        x("xdotool", "key", "--window", window, "ctrl+p")
+        deadline = time.monotonic() + 3.0
+        while not (shots := list((run / "media").glob("screenshot-*.png"))):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return shots
+
+    return saved
+
+
 OVERLAY_ROWS = 70  # the viewport's top rows: the overlay's text on a darkened band
 
 
@@ -197,17 +213,7 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         # (Until the showcase's first frame arrives, Ctrl+P is refused: press it again.)
         x("xdotool", "mousemove", "--window", window, "5", "5")
 
-        def screenshot_after_ctrl_p() -> list[Path]:
-            """Ctrl+P, and the frame it saved within 3 s (none: pressed again)."""
-            x("xdotool", "key", "--window", window, "ctrl+p")
-            deadline = time.monotonic() + 3.0
-            while not (shots := list((run / "media").glob("screenshot-*.png"))):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            return shots
-
-        shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P", poll=0)
+        shot = wait_for(ctrl_p(x, window, run), 120, "a frame saved with Ctrl+P", poll=0)
         # The frame saved and the viewport on screen show this run's task, cartpole: not a
         # blank or uniform frame, not another task's scene.
         frame = iio.imread(shot[0])
@@ -372,16 +378,7 @@ def test_window_of_a_run_from_pixels_shows_the_agents_frames_beside_the_view(tmp
         window = window.split()[0]
         x("xdotool", "mousemove", "--window", window, "5", "5")
 
-        def screenshot_after_ctrl_p() -> list[Path]:
-            x("xdotool", "key", "--window", window, "ctrl+p")
-            deadline = time.monotonic() + 3.0
-            while not (shots := list((run / "media").glob("screenshot-*.png"))):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            return shots
-
-        frame = iio.imread(wait_for(screenshot_after_ctrl_p, 180, "a frame", poll=0)[0])[..., :3]
+        frame = iio.imread(wait_for(ctrl_p(x, window, run), 180, "a frame", poll=0)[0])[..., :3]
         assert frame.shape == (300, 400, 3)
         seen = task_view("cartpole-balance", 64, 64, rendered=(64, 64))
         for top, left, side in agent_view_boxes(300, 400):

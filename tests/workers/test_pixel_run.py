@@ -2,17 +2,15 @@
 convolution weights, are killed, resume from their checkpoints, and the album makes a montage
 with the agent's frames; the trainer's buffer holds what the env gave; the player's agent view."""
 
-import multiprocessing as mp
 import os
 import signal
-import threading
-from dataclasses import asdict
 
 import imageio.v3 as iio
 import numpy as np
 import pytest
 import torch
 from conftest import events, tiny_run, wait_until
+from helpers.players import make_player
 
 from agent.errors import UserError
 from agent.pixels import FRAMES, OBS_DIM, frames_of
@@ -21,10 +19,8 @@ from workers.rundir.directory import load_state
 from workers.rundir.records import Merge, Resumed, SelfCheck, Stop
 from workers.showcase.agent_view import PoseFrames, frame_boxes
 from workers.showcase.episodes import LAYOUTS
-from workers.showcase.frames import FrameBuffer
 from workers.showcase.montage import render_montage
 from workers.showcase.montage_plan import plan_montage
-from workers.showcase.player import Player, PlayerSpec, ShowcaseControls
 from workers.training.trainer import Trainer
 
 H, W = 150, 200  # the player's frame in these tests
@@ -101,30 +97,12 @@ def test_the_buffer_gives_back_the_observations_the_env_gave(monkeypatch):
     assert all(np.array_equal(f, first[0]) for f in first), "a new episode's stack is its own"
 
 
-def make_pixel_player(tmp_path, layout: str) -> Player:
-    cfg = pixel_run(10, episode_length=40)
-    buffer = FrameBuffer(H, W)
-    spec = PlayerSpec(str(tmp_path), asdict(cfg), buffer.name, H, W, max_fps=10)
-    controls = ShowcaseControls(
-        mp.Value("i", 0),
-        mp.Value("i", 0),
-        mp.Event(),
-        None,
-        mp.Value("i", 0),
-        pin=mp.Array("q", [-1, 0, 0]),
-        panes=mp.Value("i", LAYOUTS.index(layout)),
-    )
-    player = Player(spec, threading.Event(), threading.Event(), controls, threading.Event())
-    player.frames.close()
-    buffer.close(unlink=True)
-    return player
-
-
 def test_the_player_shows_the_frames_the_agent_was_given_live_and_in_a_replay(tmp_path):
     """The agent-view layout: live, the column holds the observation's frames; replayed from
     poses, the same frames again (the same pose draws the same frame). The player renders with
     the training quality (its light settings would change what the agent sees)."""
-    player = make_pixel_player(tmp_path, "agent-view")
+    panes = LAYOUTS.index("agent-view")
+    player = make_player(tmp_path, pixel_run(10, episode_length=40), (H, W), panes=panes)
     env = player.env
     try:
         assert player.agent_view() and env.mujoco_model.vis.quality.offsamples > 0
