@@ -254,3 +254,15 @@ def test_a_stored_pixel_step_takes_a_third_of_a_stacked_one():
         t.numel() * t.element_size() for t in (buffer.terminated, buffer.episode, buffer.position)
     )
     assert held == 100 * (single - 8)  # all but the valid starts' index, which grows as it fills
+
+
+def test_a_buffer_saved_before_frames_were_stacked_here_still_loads():
+    buffer = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8, seed=3)
+    for i in range(3):
+        buffer.add_episode(*_episode(i, 7))
+    old = {k: v for k, v in buffer.state_dict().items() if k not in ("frames", "position")}
+    copy = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8)
+    copy.load_state_dict(old)
+    assert len(copy) == len(buffer)
+    for a, b in zip(buffer.sample(), copy.sample()):
+        assert torch.equal(a, b)
