@@ -100,7 +100,7 @@ class ConvEncoder(nn.Module):
             images = random_shift(images, noise.integers(2 * PAD + 1, n, 2).view(p * n, 2))
         cpu = obs.device.type == "cpu"
         with torch.autocast("cpu", enabled=False) if cpu else contextlib.nullcontext():
-            x = images.float().div_(255).sub_(0.5)
+            x = images.float() / 255 - 0.5  # not in place: float images may be the caller's
             # (N, P * C, S, S): the workers' images side by side on channels, channels last
             x = x.view(p, n, self.in_channels, SIZE, SIZE).transpose(0, 1)
             x = x.reshape(n, p * self.in_channels, SIZE, SIZE)

@@ -253,3 +253,12 @@ def test_a_pixel_pack_updates_and_plans_as_its_lone_workers(threads, monkeypatch
         torch.testing.assert_close(
             acted[k], lone.act(obs[k : k + 1], t0=True)[0], atol=1e-4, rtol=0
         )
+
+
+def test_encoding_leaves_the_observations_as_they_were():
+    enc = ConvEncoder(32, 512, 8)
+    obs = pixels(1, 4).float()
+    kept = obs.clone()
+    first = enc(obs)
+    assert torch.equal(obs, kept)
+    torch.testing.assert_close(enc(obs), first)
