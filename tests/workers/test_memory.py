@@ -18,7 +18,7 @@ from workers.host.memory import (
     local_workers,
 )
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
 WALKER = (24, 6)  # walker-walk's state and action sizes
 
 
