@@ -4,6 +4,7 @@ with the agent's frames; the trainer's buffer holds what the env gave; the playe
 
 import os
 import signal
+from functools import partial
 
 import imageio.v3 as iio
 import numpy as np
@@ -17,7 +18,7 @@ from agent.pixels import FRAMES, OBS_DIM, frames_of
 from workers.run.owner import Run, RunSettings
 from workers.rundir.directory import load_state
 from workers.rundir.records import Merge, Resumed, SelfCheck, Stop
-from workers.showcase.agent_view import PoseFrames, frame_boxes
+from workers.showcase.agent_view import PoseFrames, frame_boxes, pose_frame
 from workers.showcase.episodes import LAYOUTS
 from workers.showcase.montage import render_montage
 from workers.showcase.montage_plan import plan_montage
@@ -117,7 +118,7 @@ def test_the_player_shows_the_frames_the_agent_was_given_live_and_in_a_replay(tm
         for (top, left, side), frame in zip(frame_boxes(H, W), frames_of(obs), strict=True):
             pick = np.arange(side) * 64 // side
             assert np.array_equal(shot[top : top + side, left : left + side], frame[pick][:, pick])
-        replayed = PoseFrames(np.stack(poses), player.pose_frame)
+        replayed = PoseFrames(np.stack(poses), partial(pose_frame, env))
         for index, given in enumerate(observations):
             assert np.array_equal(replayed.at(index), frames_of(given)), index
     finally:

@@ -50,6 +50,12 @@ def compose(view: np.ndarray, frames: np.ndarray, height: int, width: int) -> np
     return out
 
 
+def pose_frame(env, pose: np.ndarray) -> np.ndarray:
+    """The frame a pixel env's agent was given at `pose` (the env is left in it)."""
+    env.show_state(pose)
+    return env.pixel_frame()
+
+
 class PoseFrames:
     """The frames the agent was given at each pose of one replay, each pose rendered once (a
     64x64 render costs 30 ms on software GL, and a replay shows a pose several times).

@@ -24,7 +24,7 @@ from PIL import Image
 from agent.envs import env_of
 from agent.errors import UserError
 from workers.rundir.replays import EpisodeReplay
-from workers.showcase.agent_view import PoseFrames, view_width
+from workers.showcase.agent_view import PoseFrames, pose_frame, view_width
 from workers.showcase.agent_view import compose as beside
 from workers.showcase.montage_draw import chart_scale, compose, grid, tile_overlay
 from workers.showcase.montage_plan import KIND_WORDS, MontagePlan
@@ -212,12 +212,6 @@ def _widened(layer: Image.Image, size: tuple[int, int]) -> Image.Image:
     whole = Image.new("RGBA", (size[1], size[0]), (0, 0, 0, 0))
     whole.paste(layer, (0, 0))
     return whole
-
-
-def pose_frame(env, pose) -> np.ndarray:
-    """What the agent was given at `pose` (a pixel env's camera frame)."""
-    env.show_state(pose)
-    return env.pixel_frame()
 
 
 def _shot(env, size: tuple[int, int], frames: np.ndarray | None) -> np.ndarray:

@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from workers.rundir.directory import RunDir
 from workers.rundir.paths import PLAYER_LOG
 from workers.rundir.records import ShowcaseEpisode
 from workers.rundir.replays import KINDS, EpisodeReplay
-from workers.showcase.agent_view import PoseFrames, compose, view_width
+from workers.showcase.agent_view import PoseFrames, compose, pose_frame, view_width
 from workers.showcase.episodes import LAYOUTS, find_entry, pane_boxes, pane_episodes
 from workers.showcase.frames import FrameBuffer, PaneInfo
 from workers.showcase.pacing import CpuBudget, Pace
@@ -311,7 +312,7 @@ class Player:
         pin, layout = self.pin(), self.layout()
         head = Playhead(replay, self.clock)
         shown_index = -1
-        seen = PoseFrames(replay.states, self.pose_frame)
+        seen = PoseFrames(replay.states, partial(pose_frame, self.env))
         while self.running() and not head.finished():
             if controls.reset.is_set() or controls.source.value != source or self.mode() != mode:
                 break
@@ -346,11 +347,6 @@ class Player:
             # Look again at the next pose's time, or soon for a frame the reader wants.
             wait = (index + 1) * replay.step_seconds - head.elapsed()
             self.sleep(min(max(0.001, wait), REPLAY_TICK_S))
-
-    def pose_frame(self, pose: np.ndarray) -> np.ndarray:
-        """The frame the agent was given at `pose` (a pixel env's camera)."""
-        self.env.show_state(pose)
-        return self.env.pixel_frame()
 
     def play_panes(self, layout: str) -> None:
         """Episodes side by side, each at 1x on its own playhead, tiled into one frame; a
