@@ -146,8 +146,9 @@ def test_the_encoder_shifts_when_given_a_stream():
     torch.testing.assert_close(shifted, enc(moved))
 
 
-def test_a_pack_encodes_as_its_lone_workers():
-    cfg = tiny_config(obs="rgb")
+@pytest.mark.parametrize("size", ["tiny", 5], ids=["projected", "5M-features"])
+def test_a_pack_encodes_as_its_lone_workers(size):
+    cfg = tiny_config(obs="rgb") if size == "tiny" else make_config(5, obs="rgb", device="cpu")
     pack = WorldModel(cfg, OBS_DIM, 1, pack=2).encoder
     obs = pixels(2, 5)
     together = pack(obs)
