@@ -266,3 +266,17 @@ def test_a_buffer_saved_before_frames_were_stacked_here_still_loads():
     assert len(copy) == len(buffer)
     for a, b in zip(buffer.sample(), copy.sample()):
         assert torch.equal(a, b)
+
+
+def test_a_runs_buffer_holds_its_steps_and_each_episodes_first_row():
+    from agent.buffer import buffer_rows, frame_storage
+    from agent.config import make_config
+
+    cfg = make_config(1, steps=10_000, buffer_size=1_000_000, episode_length=500, num_envs=2)
+    assert buffer_rows(cfg) == 10_000 + 20 + 2  # the steps, a first row per episode, per env
+    small = make_config(1, steps=10_000, buffer_size=3_000, episode_length=500)
+    assert buffer_rows(small) == 3_000 + 20 + 1
+    short = make_config(1, steps=10, episode_length=500)
+    assert buffer_rows(short) == 501  # room for one whole episode
+    assert frame_storage(make_config(1, obs="rgb")) == {"frames": 3, "dtype": torch.uint8}
+    assert frame_storage(make_config(1)) == {}
