@@ -39,17 +39,17 @@ def authors_forward(net, images):
     return F.softmax(x.view(*x.shape[:-1], -1, 8), dim=-1).view(x.shape)
 
 
-def authors_shift(x, shift):
-    """Their ShiftAug with the shift given instead of drawn: replicate pad, then grid_sample of
-    the padded image at pixel centres moved by the shift (x first)."""
+def authors_shift(x, shift, pad=3):
+    """Their ShiftAug (pad 3) with the shift given instead of drawn: replicate pad, then
+    grid_sample of the padded image at pixel centres moved by the shift (x first)."""
     x = x.float()
     n, _, h, w = x.shape
-    x = F.pad(x, (PAD,) * 4, "replicate")
-    eps = 1.0 / (h + 2 * PAD)
-    arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * PAD)[:h]
+    x = F.pad(x, (pad,) * 4, "replicate")
+    eps = 1.0 / (h + 2 * pad)
+    arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * pad)[:h]
     arange = arange.unsqueeze(0).repeat(h, 1).unsqueeze(2)
     base_grid = torch.cat([arange, arange.transpose(1, 0)], dim=2).unsqueeze(0).repeat(n, 1, 1, 1)
-    grid = base_grid + shift.view(n, 1, 1, 2).float() * 2.0 / (h + 2 * PAD)
+    grid = base_grid + shift.view(n, 1, 1, 2).float() * 2.0 / (h + 2 * pad)
     return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
 
 
