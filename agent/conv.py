@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from agent.layers import Layer
 from agent.math import simnorm
 from agent.noise import PackNoise
-from agent.pixels import FRAMES, SIZE
+from agent.pixels import CHANNELS, FRAMES, SIZE
 
 PAD = 3  # the shift's padding: shifts of 0 to 2 * PAD pixels
 KERNELS = ((7, 2), (5, 2), (3, 2), (3, 1))  # (kernel, stride) of each convolution
@@ -81,7 +81,7 @@ class ConvEncoder(nn.Module):
 
     def __init__(self, channels: int, latent_dim: int, simnorm_dim: int, pack: int = 1):
         super().__init__()
-        self.in_channels, self.simnorm_dim = 3 * FRAMES, simnorm_dim
+        self.in_channels, self.simnorm_dim = CHANNELS * FRAMES, simnorm_dim
         ins = (self.in_channels, channels, channels, channels)
         self.convs = nn.ModuleList(
             Conv(i, channels, k, s, pack) for i, (k, s) in zip(ins, KERNELS, strict=True)
