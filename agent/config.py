@@ -264,6 +264,17 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
         raise ConfigError(f"{name} must be in [{low:g}, {high:g}], got {value}", name)
 
 
+# What a config may ask a machine to hold: about 3x the largest preset. A config read from a run
+# directory someone else made must not make the window's player allocate hundreds of GB.
+MAX_WEIGHTS = 1_000_000_000
+
+
+def _weights_bound(cfg: Config) -> int:
+    """More than the model's weights, roughly: every layer as wide as the widest."""
+    widest = max(cfg.enc_dim, cfg.mlp_dim, cfg.latent_dim)
+    return widest * widest * (cfg.num_enc_layers + 2 * cfg.num_q + 8)
+
+
 def validate(cfg: Config) -> None:
     """Raise ConfigError naming the first field that is out of its range."""
     for f in fields(cfg):
@@ -274,8 +285,17 @@ def validate(cfg: Config) -> None:
     if cfg.model_size not in MODEL_SIZES:
         sizes = ", ".join(str(s) for s in MODEL_SIZES)
         raise ConfigError(f"model_size must be one of {sizes}, got {cfg.model_size}", "model_size")
+    if not cfg.task.isprintable() or len(cfg.task) > 200:
+        raise ConfigError("task must be a name of at most 200 printable characters", "task")
     for name, (low, high) in FIELD_RANGES.items():
         _check_range(name, getattr(cfg, name), low, high)
+    if _weights_bound(cfg) > MAX_WEIGHTS:
+        raise ConfigError(
+            f"a model this wide (mlp_dim {cfg.mlp_dim}, enc_dim {cfg.enc_dim}, latent_dim "
+            f"{cfg.latent_dim}, {cfg.num_q} Qs, {cfg.num_enc_layers} encoder layers) would hold "
+            f"over {MAX_WEIGHTS / 1e9:.0f} billion weights: the largest preset holds 317 million",
+            "mlp_dim",
+        )
     for name, knob in knobs("agent").items():  # the live knobs' ranges: agent/knobs.py
         if getattr(cfg, name) != knob.auto:
             knob.check(getattr(cfg, name))

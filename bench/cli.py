@@ -86,6 +86,15 @@ def build_bench_parser() -> argparse.ArgumentParser:
         help="N workers served on loopback and watched by a connected window: delays, the "
         "link's bytes, agent steps/s with and without (--seconds, --rounds)",
     )
+    parser.add_argument(
+        "--serve-attack",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a run of 2 workers served on loopback, with N half-open connections from another "
+        "process and without: the token holder's request times, the server's threads, agent "
+        "steps/s (--seconds, --rounds)",
+    )
     parser.add_argument("--pack", default="", metavar="1,2,4", help="K as one pack vs K processes")
     parser.add_argument(
         "--pack-only", action="store_true", help="time the packs alone (--pack; a GPU's case)"
@@ -193,6 +202,13 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
     if args.race:
         root = args.run_dir or str(default_run_dir(f"race-{cfg.task}"))
         result = race_benchmark(cfg, args.race, args.seconds, root)
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.serve_attack:
+        from bench.serve_attack import serve_attack_benchmark
+
+        root = args.run_dir or str(default_run_dir(f"serve-attack-{cfg.task}"))
+        result = serve_attack_benchmark(cfg, args.serve_attack, 2, args.seconds, root, args.rounds)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.remote:

@@ -20,8 +20,14 @@ THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
 torch.set_num_threads(int(os.environ.get("TDMPC2_LIVE_TEST_THREADS", THREADS)))
 
 from agent.config import make_config  # noqa: E402
+from agent.envs import name_task  # noqa: E402
 from workers.rundir.directory import RunDir  # noqa: E402
 from workers.rundir.records import Record  # noqa: E402
+
+# The gymnasium modules the tests train on, named as a person names one with --task (a task
+# read from a run directory imports only a named module: agent/envs/gym.py).
+for _module in ("helpers.slide_env", "helpers.broken_env", "helpers.exiting_env", "nope_pkg"):
+    name_task(f"{_module}:Any-v0")
 
 
 def tiny_config(**overrides):
@@ -144,6 +150,20 @@ def no_leftover_programs():
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             proc.wait(timeout=30)
+
+
+def launch(*args, timeout=300, cwd=ROOT, env=None, drop=()) -> subprocess.CompletedProcess:
+    """`launch.py ARGS` run to its end in this Python: its exit code and output. `env`: more
+    variables; `drop`: variables of this process it does not get."""
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=cwd,
+    )
 
 
 def free_port() -> int:

@@ -19,6 +19,8 @@ from workers.door import (
     check_run_flags,
     resumable,
     resume_from_args,
+    split_url,
+    token_from,
     window_run_from_args,
 )
 
@@ -28,7 +30,7 @@ def initial_run(args: argparse.Namespace) -> Callable[[], BaseRun]:
     now; the run directory is written only when the returned callable is called."""
     if args.connect:
         check_run_flags(args)
-        return connect_run(args.connect, args.mirror)
+        return connect_run(args.connect, args.mirror, args.token_file)
     if args.attach:
         return attach_run(args.attach)
     if args.resume:
@@ -50,13 +52,18 @@ def attach_run(path: str) -> Callable[[], BaseRun]:
     return lambda: Run.attach(path)
 
 
-def connect_run(url: str, mirror: str | None) -> Callable[[], BaseRun]:
+def connect_run(
+    url: str, mirror: str | None, token_file: str | None = None
+) -> Callable[[], BaseRun]:
     """A served run on another machine, through a local mirror (workers/remote/connected.py):
-    checked now (the server must answer and take the token); the callable copies the run."""
-    ConnectedRun.check(url)
+    checked now (the server must answer and take the token: from the address, the file, the
+    environment, or typed at the terminal); the callable copies the run."""
+    base, in_url = split_url(url)
+    token = token_from(in_url, token_file, ask=sys.stdin.isatty())
+    ConnectedRun.check(base, token)
 
     def connect() -> BaseRun:
-        print(f"copying the served run from {url.split('?')[0]}...", file=sys.stderr)
-        return ConnectedRun.connect(url, mirror)
+        print(f"copying the served run from {base}...", file=sys.stderr)
+        return ConnectedRun.connect(base, mirror, token)
 
     return connect

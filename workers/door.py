@@ -43,7 +43,9 @@ from workers.race.text import (
     summary_lines,
 )
 from workers.remote.connected import ConnectedRun
+from workers.remote.link import Link
 from workers.remote.server import RunServer
+from workers.remote.wire import split_url, token_from
 from workers.run.base import BaseRun
 from workers.run.commands import (
     AddWorker,
@@ -102,6 +104,9 @@ __all__ = [
     "resumable",
     "ConnectedRun",
     "RunServer",
+    "Link",
+    "split_url",
+    "token_from",
     "OWNED",
     "Wording",
     "served_notice",

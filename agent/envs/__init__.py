@@ -2,7 +2,7 @@
 env (gym.py), made by task name, alone or as a vector of copies (make.py)."""
 
 from agent.envs.dmcontrol import DMControlEnv, choose_gl_backend, resolve_task, task_names
-from agent.envs.gym import GymEnv, time_limit
+from agent.envs.gym import GymEnv, check_record_task, time_limit
 from agent.envs.make import (
     Env,
     action_dim,
@@ -15,6 +15,7 @@ from agent.envs.make import (
     task_defaults,
     task_kind,
 )
+from agent.envs.named import check_task_named, name_task
 
 __all__ = [
     "DMControlEnv",
@@ -22,10 +23,13 @@ __all__ = [
     "GymEnv",
     "action_dim",
     "check_task",
+    "check_record_task",
+    "check_task_named",
     "choose_gl_backend",
     "env_of",
     "make_env",
     "make_vector_env",
+    "name_task",
     "obs_action_dims",
     "resolve_task",
     "start_step",

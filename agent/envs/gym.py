@@ -7,9 +7,6 @@ sorted key order. A termination stays a termination and the time limit a truncat
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import warnings
 from typing import Any
 
@@ -18,6 +15,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
+from agent.envs.named import check_task_named, import_named
 from agent.errors import ConfigError
 
 NEEDS = "TD-MPC2 needs continuous Box actions and Box (or Dict of Box) state observations"
@@ -30,18 +28,27 @@ def is_gym_id(task: str) -> bool:
     return task in gymnasium.registry
 
 
+def check_record_task(task: str) -> None:
+    """A task read from a run directory: ConfigError unless its module (if any) was named
+    here, then imported now, so that a module that may not be imported is refused in one line
+    here, not in each process started later."""
+    check_task_named(task)
+    if task.rpartition(":")[0]:
+        gym_spec(task)
+
+
 def gym_spec(task: str) -> gymnasium.envs.registration.EnvSpec:
-    """The registry's entry for `task` (importing `module` first for `module:EnvId`)."""
+    """The registry's entry for `task` (importing `module` first for `module:EnvId`, when a
+    person named it: check_task_named)."""
     module, _, env_id = task.rpartition(":")
     if module:
-        # The user's package is found where they start the program (as `python -m` finds it),
-        # not only beside launch.py; spawned workers inherit the path.
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())
+        check_task_named(task)
         # A user's module with a bug raises anything at import, or calls sys.exit, whose
         # SystemExit would end the program (or a worker) with no word of why.
         try:
-            importlib.import_module(module)
+            import_named(module)
+        except ConfigError:
+            raise
         except (Exception, SystemExit) as err:
             what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             first = what.strip().splitlines()[0]

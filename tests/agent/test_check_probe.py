@@ -446,12 +446,20 @@ def test_under_tf32_a_sound_pack_is_kept_and_faults_are_still_caught(fault, monk
     # matmul_precision), emulated here. A batched pack against lone agents is the arithmetic
     # in another order, which TF32's rounding can turn into another elite drawn as the action
     # (float32's bound on the action refused the sound pack), but not a loss 1 % off (CUDA
-    # graphs that perturb it) or a stale input.
+    # graphs that perturb it) or a stale input. Which seed's rounding reorders two near-tied
+    # elites changes with torch's kernels, so the pack's draw is settled the other way here.
     monkeypatch.setattr(torch, "compile", fake_compile(fault))
     monkeypatch.setattr(TDMPC2, "cpu_threads", False)
     monkeypatch.setattr(check_probe, "tf32_matmuls", lambda agent: True)
+    real_choice = planner.gumbel_choice
+
+    def near_tie_settled_otherwise(weights, uniform):
+        choice = real_choice(weights, uniform)
+        return (choice + 1) % weights.shape[-1] if weights.shape[0] > 1 else choice
+
+    monkeypatch.setattr(planner, "gumbel_choice", near_tie_settled_otherwise)
     probes = []
-    seed = check_probe.CHECK_SEED + 2  # where the rounding reorders two near-tied elites
+    seed = check_probe.CHECK_SEED
     monkeypatch.setattr(
         check_probe, "AgentProbe", lambda a: probes.append(_Recorded(a, seed)) or probes[-1]
     )

@@ -9,22 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_FLAGS, start_program
+from conftest import TINY_FLAGS, launch, start_program
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*TINY_FLAGS, "--quiet"]
-
-
-def launch(*args, timeout=300, **kwargs):
-    env = {**os.environ, "TDMPC2_LIVE_NO_BOOTSTRAP": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "launch.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=kwargs.get("cwd", ROOT),
-    )
 
 
 def batch(argvs: list[list[str]]) -> subprocess.CompletedProcess:
@@ -424,7 +412,7 @@ def test_bad_worker_count_and_resume_dir(tmp_path):
     checks are unit-tested (tests/workers/test_run.py); only the process shows the exit code and
     stderr of the headless entry."""
     bad = launch("--headless", *TINY, "--workers", "0", "--run-dir", str(tmp_path / "a"))
-    assert_clean_error(bad, "workers must be at least 1")
+    assert_clean_error(bad, "workers must be in [1, 256]")
     assert_clean_error(launch("--headless", "--resume", str(tmp_path / "x")), "not a multi-worker")
 
 
@@ -651,7 +639,7 @@ def test_remote_viewing_refuses_bad_input_in_one_line(tmp_path, monkeypatch):
         ),
         (["serve", str(tmp_path)], ["not a multi-worker run directory"]),
         (["serve", str(run.path), "--port", str(server.port)], ["in use"]),
-        (["--mirror", str(tmp_path / "m")], ["--mirror goes with --connect"]),
+        (["--mirror", str(tmp_path / "m")], ["--mirror and --token-file go with --connect"]),
         (["--serve", "9000"], ["--serve serves a headless run"]),
         (["--headless", "--read-only"], ["go with --serve"]),
     ]

@@ -18,11 +18,12 @@ from helpers.mirror_files import tree
 
 from agent.errors import UserError
 from workers.remote.connected import ConnectedRun
+from workers.remote.link import LinkDown
 from workers.remote.mirror import STATE, Mirror
 from workers.remote.server import RunServer
+from workers.remote.tokens import TOKEN_FILE
 from workers.remote.wire import (
     REMOTE_COMMANDS,
-    TOKEN_FILE,
     decode_command,
     encode_command,
     split_url,
@@ -130,22 +131,18 @@ def test_a_torn_answer_is_fetched_again_and_nothing_is_doubled(served, tmp_path,
     run, server = served
     mirror = mirror_of(server, tmp_path / "mirror")
     append_episodes(run, 0, 0, 20)
-    real = Mirror._ask
+    real = http.client.HTTPResponse.read1
 
-    def torn(self, path, data=None, headers=None):
-        answer = real(self, path, data, headers)
-        if path.startswith("/files/worker-0"):
+    def torn(self, amt=-1):
+        data = real(self, amt)
+        if self.getheader("Content-Range") and len(data) > 100:  # a record's fetch, cut off
+            raise http.client.IncompleteRead(data[:100])
+        return data
 
-            def broken(*args):
-                raise http.client.IncompleteRead(b"partial")
-
-            answer.read = broken
-        return answer
-
-    monkeypatch.setattr(Mirror, "_ask", torn)
-    with pytest.raises(Exception, match="partial|IncompleteRead"):
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", torn)
+    with pytest.raises(LinkDown, match="IncompleteRead"):
         mirror.sync()
-    monkeypatch.setattr(Mirror, "_ask", real)
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", real)
     mirror.sync()
     assert tree(tmp_path / "mirror") == tree(run.path)
 
@@ -295,9 +292,15 @@ def test_every_command_that_changes_the_run_travels():
 def test_the_address_is_read_from_what_the_server_printed():
     assert split_url("http://localhost:8642/?token=abc") == ("http://localhost:8642", "abc")
     assert split_url("localhost:9/?token=t") == ("http://localhost:9", "t")
-    for bad in ("http://localhost:8642/", "ftp://x:1/?token=t", "http://x:port/?token=t"):
-        with pytest.raises(UserError):
+    assert split_url("http://localhost:8642") == ("http://localhost:8642", "")  # asked apart
+    for bad in (
+        "ftp://x:1/?token=secret",
+        "http://x:port/?token=secret",
+        "http://:1/?token=secret",
+    ):
+        with pytest.raises(UserError) as refused:
             split_url(bad)
+        assert "secret" not in str(refused.value)  # an error message never shows the token
 
 
 @pytest.mark.parametrize("race", [False, True])
@@ -352,8 +355,10 @@ def test_a_server_gone_wrong_cannot_write_outside_the_mirror(tmp_path):
         def do_GET(self):
             names = ["../escape", "/tmp/abs", ".mirror.json", "a/../../escape", "fine.jsonl"]
             files = [{"path": n, "size": 3, "ino": 1, "mtime": 1} for n in names]
-            body = json.dumps({"files": files}).encode() if "api" in self.path else b"bad"
-            self.send_response(200)
+            listing = "api" in self.path
+            body = json.dumps({"files": files}).encode() if listing else b"bad"
+            self.send_response(200 if listing else 206)
+            self.send_header("Content-Range", "bytes 0-2/3")
             self.send_header("X-Ino", "1")
             self.send_header("X-Mtime", "1")
             self.send_header("Content-Length", str(len(body)))
@@ -437,3 +442,18 @@ def test_a_large_file_does_not_hold_up_the_records_behind_it(served, tmp_path, m
     finally:
         slow.set()
         mirror.stop()
+
+
+def test_a_window_with_the_watching_token_says_so_and_steers_nothing(served, tmp_path):
+    from workers.remote.tokens import WATCH
+
+    run, server = served
+    knobs = (run.path / "knobs.json").read_bytes()
+    window = ConnectedRun.connect(server.connect_url(scope=WATCH), tmp_path / "mirror")
+    try:
+        assert "watching only" in window.wording.label
+        with pytest.raises(UserError, match="this token watches"):
+            window.do(SetKnobs({"horizon": 2}))
+    finally:
+        window.stop()
+    assert (run.path / "knobs.json").read_bytes() == knobs

@@ -95,7 +95,7 @@ def test_killed_worker_is_left_out_and_can_restart(tmp_path):
 
 
 def test_bad_run_input(tmp_path):
-    with pytest.raises(ConfigError, match="workers must be at least 1"):
+    with pytest.raises(ConfigError, match=r"workers must be in \[1, 256\]"):
         RunSettings(workers=0)
     with pytest.raises(UserError, match="unknown task"):
         Run.create(tmp_path / "a", tiny(10, task="walker-fly"), RunSettings())

@@ -261,16 +261,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--read-only", action="store_true", help="serve: windows watch but take no command"
     )
     remote.add_argument(
+        "--new-token",
+        action="store_true",
+        help="serve: new tokens for the run (the old ones stop working)",
+    )
+    remote.add_argument(
         "--connect",
         default=None,
         metavar="URL",
-        help="window: watch and steer a served run (the URL the server printed)",
+        help="window: watch and steer a served run (the address the server printed; the "
+        "token: asked for, or $TDMPC2_LIVE_TOKEN, --token-file, or ?token= in the URL)",
+    )
+    remote.add_argument(
+        "--token-file",
+        default=None,
+        metavar="FILE",
+        help="with --connect: a file holding the token (kept out of ps and the shell history)",
     )
     remote.add_argument(
         "--mirror",
         default=None,
         metavar="DIR",
-        help="with --connect: where the run's copy goes (default runs/connected/RUN@HOST-PORT)",
+        help="with --connect: where the run's copy goes (default: RUN@HOST-PORT in "
+        "~/.cache/tdmpc2-live/connected)",
     )
     parser.add_argument(
         "--viewport",

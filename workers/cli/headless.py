@@ -50,7 +50,7 @@ def run_workers(args: argparse.Namespace, stops: StopSignals | None = None) -> i
         file=sys.stderr,
     )
     if server is not None:
-        server.start(run.path, args.read_only)
+        server.start(run.path, args.read_only, new_token=args.new_token)
         print(server.instructions(), file=sys.stderr)
     progress = WorkersProgress(run.cfg.steps, run.cfg.resolved_pretrain_updates, not args.quiet)
     interrupted = False

@@ -74,6 +74,13 @@ def build_montage_parser() -> CliParser:
         help="the agent's frames beside each episode (default: for a run from pixels, --obs rgb)",
     )
     parser.add_argument(
+        "--task",
+        default=None,
+        metavar="MODULE:ID",
+        help="the run's gymnasium task named again, to let its module be imported (a run "
+        "directory is data: its own task imports nothing)",
+    )
+    parser.add_argument(
         "--size",
         type=_size,
         default=None,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agent.agent import resolve_device
 from agent.config import Config
+from agent.envs import name_task
 from agent.errors import ConfigError, UserError
 from agent.pack.merge_rule import collective_refusal
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING, build_parser
@@ -97,8 +98,10 @@ def check_run_flags(args: argparse.Namespace) -> None:
 def check_remote_flags(args: argparse.Namespace) -> None:
     """--serve and --connect with what goes with them (UserError otherwise)."""
     serve = getattr(args, "serve", None)
-    if serve is None and (args.read_only or args.serve_host != "127.0.0.1"):
-        raise UserError("--read-only and --serve-host go with --serve PORT")
+    if serve is None and (
+        args.read_only or args.serve_host != "127.0.0.1" or getattr(args, "new_token", False)
+    ):
+        raise UserError("--read-only, --serve-host and --new-token go with --serve PORT")
     if serve is not None and not 0 <= serve <= 65535:
         raise UserError(f"--serve PORT: a port is 1-65535 (0: any free one), got {serve}")
     if serve is not None and not args.headless:
@@ -110,8 +113,8 @@ def check_remote_flags(args: argparse.Namespace) -> None:
         raise UserError(
             "--serve: a torchrun job is served by launch.py serve RUN_DIR on rank 0's machine"
         )
-    if args.mirror and not args.connect:
-        raise UserError("--mirror goes with --connect URL")
+    if (args.mirror or getattr(args, "token_file", None)) and not args.connect:
+        raise UserError("--mirror and --token-file go with --connect URL")
     if args.connect and (args.attach or args.resume):
         raise UserError("--connect opens a served run: leave out --attach and --resume")
 
@@ -235,6 +238,7 @@ def new_run_from_dialog(
         replicas=None if replicas == 1 else replicas,  # 1: as when the flag is left out
         obs=obs,
     )
+    name_task(task)  # typed in the dialog: a person named it
     planning = dict(CPU_PLANNING) if cpu_planning else {}
     return new_run_from_args(args, Preset(task, model_size, workers, planning), workers)
 

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from agent.envs import name_task
+
 _KEY_VALUE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)=(.*)", re.DOTALL)
 _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
@@ -51,6 +53,8 @@ class CliParser(argparse.ArgumentParser):
         parsed, extra = self.parse_known_args(argv, namespace)
         if extra:
             self.error(_unknown_argument(self, extra[0]))
+        if getattr(parsed, "task", None):
+            name_task(parsed.task)  # a person named it: its module may be imported
         return parsed
 
     def long_flags(self) -> list[str]:

@@ -198,7 +198,7 @@ class FileMergeBackend:
                 self.down = {
                     int(k): str(v) for k, v in dict(down).items() if ours is None or int(k) in ours
                 }
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             pass  # none yet, or damaged: keep the last good list
         return list(self.workers)
 

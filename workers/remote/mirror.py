@@ -12,26 +12,31 @@ records behind it keep arriving. `wants` may defer files (a connected window def
 workers it does not show: each is as large as the model, and every merge rewrites them); a
 deferred file is fetched once wanted. Files over `max_bytes` (a checkpoint with a large replay
 buffer) are left out, with a notice: the window needs weights, which the merge files carry.
-Over 300 lines because the passes, the bulk fetches and the note of what is held share one
-state under one lock, and the link's two calls (hello, send) are how that state is reached.
+
+Nothing the server says is taken on trust: each listed path is checked part by part (no dot
+file, no `..`, nothing outside the copy), each body is read up to the bytes asked for (the
+listed range, never more), the listing's unpacking is bounded, the copy holds at most
+MAX_FILES files and MAX_TOTAL bytes, and an appended piece is kept only when the server read
+it from the file (inode) the copy holds. A broken answer is a line for the status bar, and
+the pass goes on. Over 300 lines because the passes, the bulk fetches and the note of what is
+held share one state under one lock, and the link's two calls (hello, send) reach that state.
 """
 
 from __future__ import annotations
 
-import gzip
-import http.client
 import json
 import queue
+import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
-from agent.errors import UserError
+from agent.errors import UserError, printable
+from workers.remote.link import BrokenAnswer, Link, LinkDown, gunzip
+from workers.remote.served import served_parts
 from workers.remote.wire import PROTOCOL, SERVER_NAME, encode_command
 from workers.run.commands import Command, Outcome
 from workers.rundir.directory import atomic_write_bytes, atomic_write_json
@@ -39,16 +44,18 @@ from workers.rundir.directory import atomic_write_bytes, atomic_write_json
 STATE = ".mirror.json"  # what the copy holds of each file: [inode, size, mtime] on the server
 POLL_S = 0.5  # between passes while the link is up
 RETRY_S = 1.0  # between tries while it is down
-TIMEOUT_S = 10.0
-MAX_BYTES = 64 << 20
+MAX_BYTES = 64 << 20  # one file
+MAX_TOTAL = 8 << 30  # the whole copy: a rogue server cannot fill the laptop's disk
+MAX_FILES = 50_000  # a long run's album and records are a few thousand
+MAX_LISTING = 16 << 20  # the listing, unpacked (50,000 files are ~6 MB of JSON)
+MAX_FOLDERS = 4096  # a run's folders: album/worker-K, tb/..., merge/lane-L: a few hundred
+MAX_ANSWER = 64 * 1024  # hello, a command's answer, an error
+ETAG = re.compile(r'"?[!-~]{1,100}"?')
+NOTE_KEYS = ("the listing", "a pass")  # what a broken note may name besides a file
 # A whole file this large (merged weights: 32 MB at 5M) is fetched by a thread of its own, so
 # that the records behind it are not held up for its transfer over a slow link.
 BULK_BYTES = 1 << 20
 APPEND_SUFFIXES = (".jsonl", ".csv")
-
-
-class LinkDown(Exception):
-    """The server answers nothing, or broke off an answer."""
 
 
 def kind_of(path: str) -> str:
@@ -68,14 +75,17 @@ def appended_only(path: str) -> bool:
 class Mirror:
     def __init__(self, base: str, token: str, folder: Path, max_bytes: int = MAX_BYTES) -> None:
         self.base, self.folder, self.max_bytes = base, Path(folder), max_bytes
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self.max_total, self.max_files = MAX_TOTAL, MAX_FILES
+        self.link = Link(base, token)
         self._held: dict[str, list[int]] = {}
         self._lock = threading.Lock()  # _held: the passes and the bulk fetches
         self._saving = threading.Lock()
         self._bulk: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending: set[str] = set()  # large files queued for the bulk thread
+        self._reserved: dict[str, int] = {}  # their listed sizes, counted in the copy's total
         self._saved: dict[str, list[int]] | None = None  # as .mirror.json holds it
         self._left_out: set[str] = set()
+        self._broken: set[str] = set()  # said once each: what the server sent wrong
         self.bytes_in = 0  # fetched so far (the body of each answer)
         self.bytes_by: Counter[str] = Counter()  # the same by kind_of, and the listings
         self._files: list[dict] = []  # the last listing, and its ETag
@@ -90,34 +100,33 @@ class Mirror:
         self._note: Callable[[str], None] = self._early.append
 
     # talking to the server ------------------------------------------------------------------
-    def _ask(self, path: str, data: bytes | None = None, headers: dict | None = None):
-        request = urllib.request.Request(
-            self.base + path, data=data, headers={**self._headers, **(headers or {})}
-        )
-        return urllib.request.urlopen(request, timeout=TIMEOUT_S)
-
     def hello(self) -> dict:
         """Who answers at the address: UserError when nobody, not a run server, or the token
         is refused (at connect time; later the same faults are a link down)."""
         try:
-            with self._ask("/api/hello") as answer:
-                info = json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            if err.code == 401 and SERVER_NAME in (err.headers.get("Server") or ""):
-                raise UserError(f"{self.base}: the run server refused the token") from None
-            raise UserError(f"{self.base}: not a run server (HTTP {err.code})") from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-            reason = getattr(err, "reason", err)
-            raise UserError(f"{self.base}: answers nothing ({reason})") from None
-        except ValueError:
+            answer = self.link.ask("/api/hello", MAX_ANSWER)
+        except LinkDown as err:
+            raise UserError(f"{self.base}: answers nothing ({printable(err, 200)})") from None
+        except BrokenAnswer:
+            raise UserError(f"{self.base}: not a run server (its answer is too long)") from None
+        if answer.status == 401 and SERVER_NAME in (answer.headers.get("Server") or ""):
+            raise UserError(f"{self.base}: the run server refused the token")
+        if answer.status != 200:
+            raise UserError(f"{self.base}: not a run server (HTTP {answer.status})")
+        try:
+            info = json.loads(answer.body)
+        except (ValueError, RecursionError):
             raise UserError(f"{self.base}: not a run server (its answer is not JSON)") from None
         if not isinstance(info, dict) or info.get("server") != SERVER_NAME:
             raise UserError(f"{self.base}: not a run server")
         if info.get("protocol") != PROTOCOL:
             raise UserError(
-                f"{self.base}: a run server of another version (protocol {info.get('protocol')}, "
-                f"this window speaks {PROTOCOL}): use the same version on both machines"
+                f"{self.base}: a run server of another version (protocol "
+                f"{printable(info.get('protocol'), 20)}, this window speaks {PROTOCOL}): use "
+                "the same version on both machines"
             )
+        if not isinstance(info.get("run"), str) or type(info.get("read_only")) is not bool:
+            raise UserError(f"{self.base}: not a run server (its hello lacks the run's name)")
         return info
 
     def send(self, command: Command) -> Outcome:
@@ -125,26 +134,38 @@ class Mirror:
         refusal, or with why the link did not carry it (then nothing was done)."""
         body = json.dumps(encode_command(command)).encode()
         try:
-            with self._ask("/api/command", body, {"Content-Type": "application/json"}) as answer:
-                reply = json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            try:
-                why = json.loads(err.read()).get("error", "")
-            except (ValueError, AttributeError, OSError):
-                why = f"HTTP {err.code}"
-            raise UserError(why) from None
-        except urllib.error.URLError as err:  # no connection: nothing reached the server
+            answer = self.link.ask(
+                "/api/command", MAX_ANSWER, body, {"Content-Type": "application/json"}
+            )
+        except LinkDown as err:
+            if not err.sent:
+                raise UserError(
+                    f"the link to {self.base} is down ({printable(err, 200)}): not sent; try "
+                    "again when it is back"
+                ) from None
             raise UserError(
-                f"the link to {self.base} is down ({err.reason}): not sent; try again when it is "
-                "back"
+                f"no answer from {self.base} ({printable(err, 200)}): the command may have "
+                "been carried out; the knob panel and the records will show"
             ) from None
-        except (OSError, http.client.HTTPException) as err:  # cut off while it was answering
-            raise UserError(
-                f"no answer from {self.base} ({err}): the command may have been carried out; "
-                "the knob panel and the records will show"
-            ) from None
+        except BrokenAnswer as err:
+            raise UserError(f"{self.base} answered wrongly ({err})") from None
+        try:
+            reply = json.loads(answer.body)
+        except (ValueError, RecursionError):
+            reply = None
+        if not isinstance(reply, dict):
+            raise UserError(f"{self.base} answered HTTP {answer.status}, not a command's answer")
+        if answer.status != 200:
+            raise UserError(printable(reply.get("error") or f"HTTP {answer.status}", 300))
         self.wake()  # what the command changed comes back sooner
-        return Outcome(tuple(reply.get("notices", ())), reply.get("value"))
+        notices = reply.get("notices", ())
+        value = reply.get("value")
+        return Outcome(
+            tuple(printable(n, 300) for n in notices if isinstance(n, str))
+            if isinstance(notices, list)
+            else (),
+            value if type(value) is int else None,
+        )
 
     # the copy --------------------------------------------------------------------------------
     def sync(self) -> int:
@@ -152,38 +173,69 @@ class Mirror:
         was fetched so far stays, and the next pass goes on from there)."""
         try:
             listing = self._listing()
-            fetched = sum(self._update(f) for f in listing)
-        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as err:
+            fetched = 0
+            for served in listing:
+                try:
+                    fetched += self._update(served)
+                except BrokenAnswer as err:
+                    self._say_broken(served["path"], str(err))
+                except OSError as err:  # this machine's: a path the listing makes impossible
+                    self._say_broken(served["path"], f"not written here: {err.strerror or err}")
+        except (LinkDown, OSError) as err:
             self._etag = ""  # a torn answer may have left the copy short: list again
-            raise LinkDown(str(getattr(err, "reason", err))) from None
+            raise LinkDown(str(err)) from None
+        except BrokenAnswer as err:
+            self._etag = ""
+            self._say_broken("the listing", str(err))
+            return 0
         finally:
             self._save_state()
         self._drop_vanished({f["path"] for f in listing})
         return fetched
 
+    def _say_broken(self, what: str, why: str) -> None:
+        if what not in self._broken:
+            self._broken.add(what)
+            self._note(
+                f"mirror: the server's answer for {printable(what, 200)} is broken "
+                f"({printable(why, 200)}): skipped"
+            )
+
     def _listing(self) -> list[dict]:
-        """The served files: the one held when nothing changed (304), else the new one."""
+        """The served files: the one held when nothing changed (304), else the new one, each
+        entry checked (BrokenAnswer: not a listing)."""
         headers = {"Accept-Encoding": "gzip", "If-None-Match": self._etag}
-        try:
-            with self._ask("/api/files", headers=headers) as answer:
-                body = answer.read()
-                gzipped = answer.headers.get("Content-Encoding") == "gzip"
-                etag = answer.headers.get("ETag", "")
-        except urllib.error.HTTPError as err:
-            if err.code != 304:
-                raise
+        answer = self.link.ask("/api/files", MAX_LISTING, headers=headers)
+        if answer.status == 304:
             return self._files
-        self.bytes_in += len(body)
-        self.bytes_by["listing"] += len(body)
-        self._files = json.loads(gzip.decompress(body) if gzipped else body)["files"]
-        self._etag = etag
+        if answer.status != 200:
+            raise LinkDown(f"the listing: HTTP {answer.status}")
+        self.bytes_in += len(answer.body)
+        self.bytes_by["listing"] += len(answer.body)
+        gzipped = answer.headers.get("Content-Encoding") == "gzip"
+        body = gunzip(answer.body, MAX_LISTING) if gzipped else answer.body
+        # Counted before parsing: megabytes of "{}," would be millions of Python objects.
+        if body.count(b"{") > self.max_files + 1 or body.count(b",") > 5 * self.max_files:
+            raise BrokenAnswer(f"a listing of more than {self.max_files:,} files")
+        try:
+            files = json.loads(body)["files"]
+        except (ValueError, RecursionError, KeyError, TypeError):
+            raise BrokenAnswer("not a listing") from None
+        if not isinstance(files, list) or len(files) > self.max_files:
+            raise BrokenAnswer(f"a listing of more than {self.max_files:,} files, or none")
+        files = [f for f in files if listed_entry(f)]
+        if len({f["path"].rpartition("/")[0] for f in files}) > MAX_FOLDERS:
+            raise BrokenAnswer(f"a listing of more than {MAX_FOLDERS:,} folders")
+        self._files = files
+        etag = answer.headers.get("ETag", "")
+        self._etag = etag if ETAG.fullmatch(etag) else ""  # sent back: no line break in it
+        listed = {f["path"] for f in files}
+        self._left_out &= listed  # notes said once per file the listing still has
+        self._broken = {p for p in self._broken if p in listed or p in NOTE_KEYS}
         return self._files
 
     def _update(self, served: dict) -> int:
         path, size = served["path"], served["size"]
-        parts = path.split("/")
-        if path.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-            return 0  # never outside the mirror, nor over its own notes (a server gone wrong)
         now = [served["ino"], size, served["mtime"]]
         held = self._held.get(path)
         local = self.folder / path
@@ -193,12 +245,9 @@ class Mirror:
             self.deferred.add(path)
             return 0
         self.deferred.discard(path)
-        if size > self.max_bytes:
-            if path not in self._left_out:
-                self._left_out.add(path)
-                self._note(f"mirror: {path} left out ({size / 1e6:.0f} MB, over the cap)")
+        here = local.stat().st_size if local.is_file() else -1
+        if not self._fits(path, size):
             return 0
-        here = local.stat().st_size if local.exists() else -1
         if (
             held is not None
             and appended_only(path)
@@ -206,29 +255,55 @@ class Mirror:
             and held[1] == here
             and size > here
         ):
-            return self._fetch(path, start=here)
+            return self._fetch(path, now, start=here)
         if size > BULK_BYTES and self._thread is not None:
             if path not in self._pending:
+                with self._lock:
+                    self._reserved[path] = size  # counted in the copy's total until fetched
                 self._pending.add(path)
                 self._bulk.put(path)
             return 0
-        return self._fetch(path)
+        return self._fetch(path, now)
 
-    def _fetch(self, path: str, start: int = 0) -> int:
-        """The file from byte `start` on: appended to the copy, or (0) written whole."""
-        headers = {"Range": f"bytes={start}-"} if start else {}
-        try:
-            with self._ask("/files/" + quote(path), headers=headers) as answer:
-                data = answer.read()
-                ino, mtime = int(answer.headers["X-Ino"]), int(answer.headers["X-Mtime"])
-        except urllib.error.HTTPError as err:
-            if err.code not in (404, 416):
-                raise
-            with self._lock:
-                self._held.pop(path, None)  # shrunk since the listing: whole in the next pass
-            if err.code == 404:  # removed since the listing
-                (self.folder / path).unlink(missing_ok=True)
+    def _fits(self, path: str, size: int) -> bool:
+        """Whether `path` at `size` keeps the copy within its caps (else a note, once)."""
+        with self._lock:
+            others = sum(h[1] for p, h in self._held.items() if p != path)
+            others += sum(s for p, s in self._reserved.items() if p != path)
+        if size <= self.max_bytes and others + size <= self.max_total:
+            return True
+        if path not in self._left_out:
+            self._left_out.add(path)
+            cap = "its cap" if size > self.max_bytes else "the copy's cap"
+            self._note(f"mirror: {path} left out ({size / 1e6:.0f} MB, over {cap})")
+        return False
+
+    def _fetch(self, path: str, listed: list[int], start: int = 0) -> int:
+        """Bytes `start` to the listed size of the file: appended to the copy, or (0) written
+        whole; only what the server read from the listed file (its inode) is kept."""
+        ino, size = listed[0], listed[1]
+        if not self._fits(path, size):  # checked again: the bulk thread fetches later
             return 0
+        if size == 0:
+            data, answer = b"", None
+        else:
+            wanted = {"Range": f"bytes={start}-{size - 1}"}
+            answer = self.link.ask("/files/" + quote(path), size - start, headers=wanted)
+            if answer.status == 503:  # every transfer slot busy: the next pass asks again
+                return 0
+            if answer.status in (404, 416):  # removed or shrunk since the listing
+                self._forget(path)
+                return 0
+            if answer.status != 206:
+                raise BrokenAnswer(f"HTTP {answer.status} to a range")
+            data = answer.body
+            if answer.header_int("X-Ino") != ino:  # replaced since the listing: never spliced
+                self._forget(path)
+                return 0
+            first = (answer.headers.get("Content-Range") or "").removeprefix("bytes ")
+            if not first.startswith(f"{start}-"):
+                raise BrokenAnswer("a range other than the one asked for")
+        mtime = answer.header_int("X-Mtime") if answer is not None else listed[2]
         local = self.folder / path
         local.parent.mkdir(parents=True, exist_ok=True)
         if start:
@@ -242,17 +317,44 @@ class Mirror:
             self.bytes_by[kind_of(path)] += len(data)
         return len(data)
 
+    def _forget(self, path: str) -> None:
+        """The copy of `path` gone with its note (fetched whole next pass): a local file is
+        never left behind uncounted in the copy's total."""
+        with self._lock:
+            self._held.pop(path, None)
+        (self.folder / path).unlink(missing_ok=True)
+
     def _drop_vanished(self, served: set[str]) -> None:
         with self._lock:
             for path in [p for p in self._held if p not in served and p not in self._pending]:
                 (self.folder / path).unlink(missing_ok=True)
                 del self._held[path]
+                self._drop_empty_folders(path)
         self.deferred &= served
+
+    def _drop_empty_folders(self, path: str) -> None:
+        """The folders of `path` that its removal left empty (a server's listing of ever new
+        folders must not fill the disk with empty ones)."""
+        folder = (self.folder / path).parent
+        while folder != self.folder and folder.is_relative_to(self.folder):
+            try:
+                folder.rmdir()
+            except OSError:
+                return  # not empty: another file of the copy is in it
+            folder = folder.parent
 
     def _load_state(self) -> None:
         try:
-            self._held = json.loads((self.folder / STATE).read_text())
-        except (OSError, ValueError):
+            held = json.loads((self.folder / STATE).read_text())
+            self._held = {
+                path: h
+                for path, h in held.items()
+                if served_parts(path) is not None
+                and isinstance(h, list)
+                and len(h) == 3
+                and all(type(x) is int for x in h)
+            }
+        except (OSError, ValueError, AttributeError):
             self._held = {}  # a first copy, or a damaged note: every file is fetched whole
 
     def _save_state(self) -> None:
@@ -290,8 +392,8 @@ class Mirror:
         self._stopped.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=TIMEOUT_S + 5)
-            self._bulk_thread.join(timeout=TIMEOUT_S + 5)
+            self._thread.join(timeout=self.link.timeout + 5)
+            self._bulk_thread.join(timeout=self.link.timeout + 5)
 
     def _follow(self) -> None:
         while not self._stopped.is_set():
@@ -302,13 +404,15 @@ class Mirror:
                     self.down_since = None
                     self._note(f"link back after {gap:.0f} s: caught up ({fetched:,} bytes)")
             except LinkDown as err:
-                self.reason = str(err)
+                self.reason = printable(err, 200)
                 if self.down_since is None:
                     self.down_since = time.monotonic()
                     self._note(
-                        f"link down ({err}): showing what arrived; it catches up when the link "
-                        "is back"
+                        f"link down ({self.reason}): showing what arrived; it catches up when "
+                        "the link is back"
                     )
+            except Exception as err:  # never a dead thread: the next pass tries again
+                self._say_broken("a pass", f"{type(err).__name__}: {err}")
             self._wake.wait(POLL_S if self.down_since is None else RETRY_S)
             self._wake.clear()
 
@@ -321,15 +425,34 @@ class Mirror:
             except queue.Empty:
                 continue
             try:
-                self._fetch(path)
-                self._save_state()
-            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
-                pass  # the link is down: the passes say so
+                listed = next((f for f in self._files if f["path"] == path), None)
+                if listed is not None:
+                    self._fetch(path, [listed["ino"], listed["size"], listed["mtime"]])
+                    self._save_state()
+            except BrokenAnswer as err:
+                self._say_broken(path, str(err))
+            except Exception:
+                pass  # the link is down (the passes say so), or the file changed: listed again
             finally:
                 self._pending.discard(path)
+                with self._lock:
+                    self._reserved.pop(path, None)
 
     def state(self) -> str:
         """ "" while the link is up; else how long it has been down."""
         if self.down_since is None:
             return ""
         return f"link down {time.monotonic() - self.down_since:.0f} s"
+
+
+def listed_entry(entry: object) -> bool:
+    """Whether a listing's entry is one the copy may hold: a path of served parts (nothing
+    outside the copy, no dot file: never over the copy's own notes) and whole numbers."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("path"), str)
+        and served_parts(entry["path"]) is not None
+        and all(
+            type(entry.get(k)) is int and 0 <= entry[k] < 2**63 for k in ("size", "ino", "mtime")
+        )
+    )

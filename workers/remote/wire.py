@@ -8,14 +8,12 @@ the run itself (handle.py), so a value out of range is refused exactly as the wi
 
 from __future__ import annotations
 
-import hmac
 import os
-import secrets
 from dataclasses import asdict, fields
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from agent.errors import UserError
+from agent.errors import UserError, printable
 from agent.knobs import KnobValue
 from workers.run.commands import (
     AddWorker,
@@ -32,9 +30,9 @@ from workers.run.commands import (
 )
 from workers.rundir.lanes import Lane
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: tokens with scopes (tokens.py), HTTP/1.0, commands checked as the window's
 SERVER_NAME = "tdmpc2-live run server"
-TOKEN_FILE = ".serve-token"  # in the run directory, owner-only, never served (a dot file)
+TOKEN_ENV = "TDMPC2_LIVE_TOKEN"  # a token given apart from the address (not in ps, nor history)
 # What a connected window asks of the run; the rest (the viewport, montages) it does itself.
 REMOTE_COMMANDS: tuple[type[Command], ...] = (
     SetKnobs,
@@ -50,42 +48,45 @@ REMOTE_COMMANDS: tuple[type[Command], ...] = (
 )
 
 
-def run_token(run_path: Path) -> str:
-    """The run's token: made once (secrets.token_urlsafe) and kept owner-only beside the run,
-    so a restarted server takes the windows that were connected back."""
-    path = Path(run_path) / TOKEN_FILE
-    try:
-        token = path.read_text().strip()
-        if len(token) >= 32:
-            return token
-    except OSError:
-        pass
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
-
-
-def token_matches(given: str | None, token: str) -> bool:
-    """Constant-time comparison (hmac.compare_digest), on every request."""
-    return given is not None and hmac.compare_digest(given.encode(), token.encode())
-
-
 def split_url(url: str) -> tuple[str, str]:
-    """("http://host:port", token) from what the server printed: http://host:port/?token=T."""
+    """("http://host:port", token) from the address the server printed, http://host:port,
+    or with the token in it (?token=T: "" when there is none). The token never appears in an
+    error message."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
+    shown = parts._replace(query="", fragment="").geturl()
     if parts.scheme != "http" or not parts.hostname:
-        raise UserError(f"{url}: not a run server's address (http://HOST:PORT/?token=TOKEN)")
+        raise UserError(f"{printable(shown)}: not a run server's address (http://HOST:PORT)")
     try:
         port = parts.port or 80
     except ValueError:
-        raise UserError(f"{url}: the port is not a number") from None
+        raise UserError(f"{printable(shown)}: the port is not a number (1-65535)") from None
     token = parse_qs(parts.query).get("token", [""])[0]
-    if not token:
-        raise UserError(f"{url}: no token (the server printed the address with ?token=...)")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"http://{host}:{port}", token
+
+
+def token_from(url_token: str, token_file: str | None = None, ask: bool = False) -> str:
+    """The token to connect with: from the address, else --token-file, else $TDMPC2_LIVE_TOKEN,
+    else (`ask`: a terminal) typed at a prompt that does not echo it. UserError: none."""
+    if url_token:
+        return url_token
+    if token_file:
+        try:
+            return Path(token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(f"--token-file {token_file}: not read ({err})") from None
+    if os.environ.get(TOKEN_ENV, "").strip():
+        return os.environ[TOKEN_ENV].strip()
+    if ask:
+        import getpass
+
+        token = getpass.getpass("the run server's token (it printed it): ").strip()
+        if token:
+            return token
+    raise UserError(
+        f"no token: paste it when asked, or give it as {TOKEN_ENV}=... or --token-file FILE "
+        "(the server printed it)"
+    )
 
 
 def encode_command(command: Command) -> dict:

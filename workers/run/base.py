@@ -225,6 +225,10 @@ class Workers(ABC):
     def _check_restartable(self, index: int) -> None:
         if index in self._settings().removed:
             raise UserError(f"worker {index} was removed from the run; add a new one instead")
+        if not 0 <= index < self._settings().workers:
+            raise UserError(
+                f"worker {index} is not in the run (workers: {self._settings().active})"
+            )
 
     def _check_merged_weights(self, lane: int | None = None) -> None:
         """A new worker starts from its pool's merged weights: refuse it while there are none

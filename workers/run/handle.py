@@ -9,6 +9,7 @@ from __future__ import annotations
 from agent.errors import UserError
 from agent.knobs import knob_text
 from workers.run.base import BaseRun
+from workers.run.checks import check_command
 from workers.run.commands import (
     AddWorker,
     Checkpoint,
@@ -37,13 +38,14 @@ from workers.showcase.shown_weights import lane_source
 def handle(run: BaseRun, command: Command) -> Outcome:
     """Carry out `command` on `run`. A refusal raises UserError (ConfigError for a value out of
     range) and changes nothing."""
+    check_command(run.settings, command)  # the window's and the wire's alike
     asked = run.wording.asked  # "" for the owner; a view's requests go to the owner
     match command:
         case MakeMontage(episodes):
             path, shown = run.montages.start(episodes)  # refused (UserError) before it starts
             return Outcome((f"making a montage of {shown} album episodes: {path}",))
         case SetKnobs(changes, lane):
-            version = run.knobs.set(lane=lane, **changes)
+            version = run.knobs.set(lane=lane, **changes)  # names checked: none is "lane"
             text = ", ".join(f"{k}={knob_text(v)}" for k, v in changes.items())
             where = "" if lane is None else f" (lane {lane})"
             return Outcome((f"knobs v{version}{where}: {text}",), version)

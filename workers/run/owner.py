@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from agent.config import Config
-from agent.envs import check_task, obs_action_dims
+from agent.envs import check_record_task, check_task, name_task, obs_action_dims
 from agent.errors import UserError
 from workers.host.memory import available_bytes, check_buffers_fit, local_workers
 from workers.merging.files import write_members
@@ -71,6 +71,7 @@ def resumable(path: str | Path) -> tuple[Config, RunSettings]:
     there, a torchrun job's run, W&B logs without wandb installed). Reads only."""
     path = Path(path)
     cfg, settings = read_record(path)
+    check_record_task(cfg.task)  # a run directory is data: its task imports what you named
     if settings.ranks:
         raise UserError(
             f"{path} is a torchrun job's run ({settings.ranks} ranks, their files in "
@@ -134,6 +135,7 @@ class Run(BaseRun):
         one worker's networks), else fresh. `lanes`: a race from the start, lane n running
         with the run's knob values changed by its own, with its size (or a share of the
         workers no lane sized) and merging or not, each `settings.replicas` times."""
+        name_task(cfg.task)  # this process makes the run: its task is named here
         check_task(cfg.task, cfg.env_options, cfg.obs)
         here = local_workers(settings.workers, settings.pack, settings.ranks)
         check_buffers_fit(cfg, here, *obs_action_dims(cfg), available_bytes(cfg.device))
@@ -176,7 +178,7 @@ class Run(BaseRun):
         try:
             if members.exists():
                 json.loads(members.read_bytes())["workers"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
             run._note(f"warning: {members} was damaged ({err}); written again from {RUN}")
         # A damaged knob record is no reason to stop: the workers keep the last good values
         # (their checkpoints', the record's history) and say so (knobs_refused records).
@@ -186,8 +188,11 @@ class Run(BaseRun):
     @classmethod
     def attach(cls, path: str | Path) -> AttachedRun:
         """A view of a run that another process is running: events, progress, knobs and the
-        showcase work; pause, stop, checkpoint and restarts are asked of that process."""
-        return AttachedRun.open(path)
+        showcase work; pause, stop, checkpoint and restarts are asked of that process. Its
+        task imports a module only when named here (its showcase makes the env)."""
+        run = AttachedRun.open(path)
+        check_record_task(run.cfg.task)
+        return run
 
     def _write_members(self) -> None:
         """members.json: the merging workers, less those down now (nobody waits for them)."""

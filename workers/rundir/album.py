@@ -62,7 +62,7 @@ def entry_name(kind: str, step: int) -> str:
 
 def parse_entry(path: Path, worker: int) -> AlbumEntry | None:
     kind, _, step = path.stem.partition("-")
-    if kind not in KINDS or not step.isdigit() or path.suffix != ".npz":
+    if kind not in KINDS or not (step.isascii() and step.isdigit()) or path.suffix != ".npz":
         return None
     return AlbumEntry(worker, kind, int(step), path)
 
@@ -83,7 +83,9 @@ def album_workers(run_path: str | Path) -> list[int]:
         names = [p.name for p in (Path(run_path) / ALBUM).iterdir()]
     except OSError:
         return []
-    return sorted(int(n[7:]) for n in names if n.startswith("worker-") and n[7:].isdigit())
+    return sorted(
+        int(n[7:]) for n in names if n.startswith("worker-") and n[7:].isascii() and n[7:].isdigit()
+    )
 
 
 def album_entries(

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -132,6 +133,19 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
     raise WeightsError("no complete checkpoint: " + "; ".join(problems))
 
 
+def stored_whole(data: bytes) -> bool:
+    """Whether a torch file's parts are stored as torch.save stores them, uncompressed (a zip
+    of compressed parts from elsewhere could unpack to the window's whole memory); a file of
+    torch's older, unzipped format is stored whole too."""
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        return True
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return all(m.compress_type == zipfile.ZIP_STORED for m in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+
+
 def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     """Load a file written by save_state; a missing or corrupt file is a WeightsError."""
     path = Path(path)
@@ -139,6 +153,8 @@ def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
         data = path.read_bytes()
     except OSError as err:
         raise WeightsError(f"cannot read {path}: {err.strerror}") from None
+    if not stored_whole(data):
+        raise WeightsError(f"{path} is not a torch file as torch writes one (compressed parts)")
     try:
         state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except Exception as err:  # torch raises many kinds of errors for a damaged file

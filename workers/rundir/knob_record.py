@@ -155,6 +155,8 @@ class KnobStore:
     def read_record(self) -> KnobRecord:
         try:
             return KnobRecord.from_json(json.loads(self.path.read_bytes()))
+        except RecursionError:  # nested thousands deep
+            raise ConfigError(f"the knob record {self.path} is corrupt (nested too deep)") from None
         except (OSError, ValueError) as err:  # Malformed is a ValueError
             raise ConfigError(
                 f"the knob record {self.path} is missing or corrupt ({err})"

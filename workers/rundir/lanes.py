@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent.errors import ConfigError
+from agent.errors import ConfigError, printable
 from agent.knobs import KnobValue, knob_text, knobs
 
 Layout = tuple[tuple[int, ...], ...]  # the workers of each lane
@@ -25,6 +25,10 @@ class Lane:
 
 
 CONTROL = Lane(size=1, merges=False)  # --control-worker: one worker that never merges
+OBS_LANE = (
+    "lanes cannot differ in obs: a race compares settings on the same observations (its lanes "
+    "start from, and promote, each other's weights); give --obs for the whole run"
+)
 
 
 def parse_lane(text: str) -> Lane:
@@ -50,20 +54,16 @@ def parse_lane(text: str) -> Lane:
             merges = value == "on"
             continue
         if key == "workers":
-            if not value.isdigit() or int(value) < 1:
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise ConfigError(f"workers must be a whole number of at least 1, got {value!r}")
             size = int(value)
             continue
         if key == "obs":
-            raise ConfigError(
-                "lanes cannot differ in obs: a race compares settings on the same observations "
-                "(its lanes start from, and promote, each other's weights); give --obs for the "
-                "whole run",
-                key,
-            )
+            raise ConfigError(OBS_LANE, key)
         if key not in table:
             raise ConfigError(
-                f"{key!r} is not a live knob, workers=N or merge=off (knobs: {', '.join(table)})",
+                f"{printable(key, 60)!r} is not a live knob, workers=N or merge=off (knobs: "
+                f"{', '.join(table)})",
                 key,
             )
         if table[key].kind is bool:
@@ -77,6 +77,25 @@ def parse_lane(text: str) -> Lane:
             raise ConfigError(f"{key} must be a number, got {value!r}", key) from None
         changes[key] = table[key].check(int(number) if number.is_integer() else number)
     return Lane(changes, size, merges)
+
+
+def check_lane(lane: Lane) -> None:
+    """ConfigError unless `lane` is one parse_lane could have made: live knobs with values in
+    range, a size of at least 1 worker or none, merging on or off (a lane that came as data,
+    over the wire, gets the window's own refusal)."""
+    if lane.size is not None and (type(lane.size) is not int or lane.size < 1):
+        raise ConfigError(f"workers must be a whole number of at least 1, got {lane.size!r}")
+    if type(lane.merges) is not bool:
+        raise ConfigError(f"merge must be on or off, got {lane.merges!r}", "lanes")
+    table = knobs()
+    for key, value in lane.changes.items():
+        if key == "obs":  # a lane sent as data: the command line's own refusal
+            raise ConfigError(OBS_LANE, "obs")
+        if not isinstance(key, str) or key not in table:
+            raise ConfigError(
+                f"{printable(key, 60)!r} is not a live knob (knobs: {', '.join(table)})", "lanes"
+            )
+        table[key].check(value)
 
 
 def describe_lane(lane: Lane) -> str:

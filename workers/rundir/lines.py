@@ -4,13 +4,14 @@ the kinds)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import numbers
 import time
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar, Union
@@ -55,19 +56,29 @@ class Line:
             raise Malformed(str(err)) from None
 
 
+def iter_jsonl(data: bytes) -> Iterator[dict | None]:
+    """Each non-empty line of JSON-lines `data` as its JSON object, or None where it is not one
+    (a torn line, garbage, another JSON value), one line at a time: a file of millions of
+    lines is never held as millions of objects at once."""
+    for line in io.BytesIO(data):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; too deep
+            obj = None
+        yield obj if isinstance(obj, dict) else None
+
+
 def parse_jsonl(data: bytes) -> tuple[list[dict], int]:
     """The JSON objects of JSON-lines `data`, and how many non-empty lines were skipped (a
     torn line, garbage, a JSON value that is not an object)."""
     objects, skipped = [], 0
-    for line in data.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
-            obj = None
-        if isinstance(obj, dict):
-            objects.append(obj)
-        elif line.strip():
+    for obj in iter_jsonl(data):
+        if obj is None:
             skipped += 1
+        else:
+            objects.append(obj)
     return objects, skipped
 
 

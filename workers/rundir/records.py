@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from agent.knobs import KnobValue
-from workers.rundir.lines import Line, Malformed, is_number, now_s, parse_jsonl
+from workers.rundir.lines import Line, Malformed, is_number, iter_jsonl, now_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -372,9 +372,11 @@ def parse_records(data: bytes, worker: int | str | None = None) -> tuple[list[Re
     """The records of metrics-log bytes (`worker`'s file), and how many lines were damaged
     (torn, not JSON, not a record); records of kinds this version does not know are passed
     over."""
-    objects, skipped = parse_jsonl(data)
-    records = []
-    for obj in objects:
+    records, skipped = [], 0
+    for obj in iter_jsonl(data):
+        if obj is None:
+            skipped += 1
+            continue
         try:
             record = record_from_json(obj, worker)
         except Malformed:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npy
 
 from workers.rundir.directory import atomic_write_bytes
 from workers.rundir.paths import REPLAYS
@@ -80,9 +83,34 @@ def write_replay(run_path: str | Path, replay: EpisodeReplay) -> None:
     atomic_write_bytes(path, replay_bytes(replay))
 
 
+MAX_REPLAY_BYTES = 256 << 20  # unpacked: a humanoid episode's poses are ~112 KB
+
+
+def unpacked_bytes(path: str | Path) -> int:
+    """What an .npz file's arrays take unpacked, read before any array is: the zip's sizes,
+    and each array's own header no larger than its member (a small file from elsewhere
+    cannot unpack, nor declare, an array of the window's whole memory). ValueError if not."""
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        for member in members:
+            if member.filename.endswith(".npy"):
+                with archive.open(member) as f:
+                    headers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+                    read_header = headers.get(npy.read_magic(f))
+                    if read_header is None:
+                        raise ValueError(f"{member.filename}: an .npy version not written here")
+                    shape, _, dtype = read_header(f)
+                if math.prod(shape) * dtype.itemsize > member.file_size:
+                    raise ValueError(f"{member.filename} declares more than it holds")
+        return sum(member.file_size for member in members)
+
+
 def read_replay(path: str | Path) -> EpisodeReplay | None:
-    """The episode in `path`, or None when it is missing or damaged (a replay is best effort)."""
+    """The episode in `path`, or None when it is missing, damaged or would unpack to more
+    than MAX_REPLAY_BYTES (a replay is best effort)."""
     try:
+        if unpacked_bytes(path) > MAX_REPLAY_BYTES:
+            return None
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             states, rewards = data["states"], data["rewards"]
@@ -96,7 +124,7 @@ def read_replay(path: str | Path) -> EpisodeReplay | None:
             step_seconds=float(meta["step_seconds"]),
             time=float(meta["time"]),
         )
-    except (OSError, ValueError, KeyError, TypeError, EOFError):
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, MemoryError):
         return None
     if states.ndim != 2 or len(states) != len(rewards) + 1 or replay.step_seconds <= 0:
         return None
@@ -116,7 +144,7 @@ def newest_replay(
         return None
     for path in paths:
         parts = path.stem.split("-")  # worker-K or worker-K-eval
-        if len(parts) not in (2, 3) or not parts[1].isdigit():
+        if len(parts) not in (2, 3) or not (parts[1].isascii() and parts[1].isdigit()):
             continue
         kind = parts[2] if len(parts) == 3 else "train"
         if kind not in kinds or (workers is not None and int(parts[1]) not in workers):

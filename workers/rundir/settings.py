@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,14 @@ from workers.rundir.knob_record import KnobStore
 from workers.rundir.paths import CONFIG, RUN, metrics_name
 
 PAIRED_SEEDS = 1_000_000  # paired environment seeds start here, past every worker's own
+MAX_WORKERS = 256  # a process each (or a pack's share of one): beyond, a typo or an attack
+
+
+def _check_workers(name: str, workers: Sequence[object], count: int) -> None:
+    if len(set(workers)) != len(workers) or not all(
+        type(w) is int and 0 <= w < count for w in workers
+    ):
+        raise ConfigError(f"{name} must name each of the run's {count} workers at most once")
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,13 @@ class RunSettings:
         object.__setattr__(self, "removed", tuple(self.removed))  # a list when read from JSON
         object.__setattr__(self, "apart", tuple(self.apart))
         object.__setattr__(self, "lanes", tuple(tuple(lane) for lane in self.lanes))
-        if self.workers < 1:
-            raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers must be in [1, {MAX_WORKERS}], got {self.workers}")
+        # Worker lists of a run.json someone else wrote: each worker once, none beyond the run
+        # (a list of millions would cost every look at the run's workers).
+        for name in ("removed", "apart"):
+            _check_workers(name, getattr(self, name), self.workers)
+        _check_workers("lanes", [w for lane in self.lanes for w in lane], self.workers)
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ConfigError(f"replicas must be at least 1, got {self.replicas!r}")
         if self.merge_every < 1:
@@ -175,7 +189,7 @@ def _json_or_none(path: Path) -> object:
     """The JSON value in a file, or None if it is not JSON (OSError if it cannot be read)."""
     try:
         return json.loads(path.read_bytes())
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
 
 
@@ -185,6 +199,8 @@ def _why(err: Exception, path: Path) -> str:
         json.loads(path.read_bytes())
     except ValueError as parse_error:
         return f"not JSON: {parse_error}"
+    except RecursionError:
+        return "not JSON: nested too deep"
     except OSError:
         pass
     return f"{type(err).__name__}: {err}"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.config import Config
+from agent.envs import check_record_task
 from agent.errors import ConfigError, UserError
 from workers.rundir.album import AlbumEntry, worker_entries
 from workers.rundir.knob_record import KnobStore
@@ -136,6 +137,7 @@ def plan_montage(
     if episodes < 1:
         raise UserError(f"--episodes must be 1 or more, not {episodes}")
     cfg, settings = read_record(path)  # UserError: not a run directory, or a damaged one
+    check_record_task(cfg.task)  # the montage makes the task's env: named here, or refused
     lanes = race_lanes(path)
     _check_choice(settings, lanes, worker, lane)
     tiles: list[Tile] = []

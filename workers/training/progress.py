@@ -16,6 +16,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from agent.errors import printable
+
 BAR_FORMAT = (
     "{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 )
@@ -130,6 +132,9 @@ class _Display:
             self.stream.flush()
 
     def write(self, text: str) -> None:
+        # Lines may quote records of a run directory someone else made: no escape sequence
+        # reaches the terminal.
+        text = "\n".join(printable(line, 2000) for line in text.split("\n"))
         if self.tty:
             self.bar.write(text, file=self.stream)
         else:
