@@ -251,7 +251,7 @@ class TDMPC2(PackState):
                     self._warm_mean = mean.clone()
             else:
                 eps = self.noise.normal(n, self.action_dim)
-                sample = self.model.policy(self.model.encode(obs), eps)
+                sample = self.model.policy(self.model.encode(obs, self.noise), eps)
                 action = sample.mean if eval_mode else sample.action
         action = action.float().clone()
         if packed:

@@ -7,14 +7,22 @@ uniformly among those long enough, then a start uniformly inside it. Where every
 same length (DMControl) that is uniform over transitions; where episodes end early (a
 termination) a short episode weighs as much as a long one. Tensors live on the agent's device
 when they fit.
+
+Stacked frames (pixels: each observation the last `frames` frames) are kept once: a row holds
+its observation's newest frame only, and a sample stacks each observation again from its row and
+the rows before it in its episode (the first frame repeated at the start, as the env's reset
+fills the stack), a third of the memory of storing stacks. A slice whose frames were
+overwritten is not drawn.
 """
 
 from __future__ import annotations
 
 import torch
 
+from agent.config import Config
 from agent.errors import WeightsError
 from agent.noise import set_generator_state
+from agent.pixels import FRAMES
 
 FORMAT = "tdmpc2-live/buffer/1"
 
@@ -29,21 +37,36 @@ class EpisodeBuffer:
         batch_size: int,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        frames: int = 1,
+        dtype: torch.dtype = torch.float32,
     ):
+        """`frames`: observations are that many frames stacked (obs_dim = frames x a frame's
+        values), kept as `dtype` (pixels: uint8)."""
         self.capacity, self.horizon, self.batch_size = capacity, horizon, batch_size
-        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.obs_dim, self.action_dim, self.frames = obs_dim, action_dim, frames
         self.device = torch.device(device)
-        self.obs = torch.zeros(capacity, obs_dim, device=self.device)
+        if obs_dim % frames:
+            raise ValueError(f"{obs_dim} observation values are not {frames} equal frames")
+        # one frame per row: the observation's newest
+        self.obs = torch.zeros(capacity, obs_dim // frames, dtype=dtype, device=self.device)
         self.action = torch.zeros(capacity, action_dim, device=self.device)
         self.reward = torch.zeros(capacity, 1, device=self.device)
         self.terminated = torch.zeros(capacity, 1, device=self.device)
         # Episode id of each row; -1 marks an empty row.
         self.episode = torch.full((capacity,), -1, dtype=torch.long, device=self.device)
+        # Each row's step within its episode: how far back its stack may reach.
+        self.position = torch.zeros(capacity, dtype=torch.long, device=self.device)
         self.next_row = 0
         self.num_episodes = 0
         self.num_transitions = 0
         self._set_valid_starts()
         self._gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    @staticmethod
+    def row_bytes(obs_dim: int, action_dim: int, frames: int = 1, obs_bytes: int = 4) -> int:
+        """Bytes one stored step takes: its frame (or state), action, reward, termination flag,
+        episode id and position, and its entry in the valid starts."""
+        return obs_dim // frames * obs_bytes + 4 * action_dim + 4 + 4 + 8 + 8 + 8
 
     def __len__(self) -> int:
         """Transitions currently stored."""
@@ -66,9 +89,14 @@ class EpisodeBuffer:
             raise ValueError(
                 f"an episode of {steps} steps does not fit a buffer of {self.capacity}"
             )
-        rows = (self.next_row + torch.arange(steps + 1, device=self.device)) % self.capacity
+        frames = obs.reshape(steps + 1, self.frames, -1)
+        if self.frames > 1 and not _is_frame_stack(frames):
+            raise ValueError("the observations are not one episode's stacked frames")
+        positions = torch.arange(steps + 1, device=self.device)
+        rows = (self.next_row + positions) % self.capacity
         nan = torch.full((1, 1), float("nan"), device=self.device)
-        self.obs[rows] = obs.to(self.device, torch.float32)
+        self.obs[rows] = frames[:, -1].to(self.device, self.obs.dtype)
+        self.position[rows] = positions
         self.action[rows] = torch.cat([nan.expand(1, self.action_dim), action.to(self.device)])
         self.reward[rows] = torch.cat([nan, reward.to(self.device).view(-1, 1).float()])
         term = torch.zeros(steps + 1, 1, device=self.device)
@@ -92,6 +120,9 @@ class EpisodeBuffer:
         # Episodes occupy contiguous rows of the ring, so equal ids at both ends of a slice mean
         # the whole slice lies in one episode.
         same = (self.episode[idx] == self.episode[end]) & (self.episode[idx] >= 0)
+        # ... and the frames its first observation stacks are still there
+        first = (idx - self.position.clamp(max=self.frames - 1)) % self.capacity
+        same &= self.episode[first] == self.episode[idx]
         starts = idx[same]
         # Sorted by episode id (stable), an episode that wraps round the ring stays one group.
         ids, order = self.episode[starts].sort(stable=True)
@@ -114,7 +145,17 @@ class EpisodeBuffer:
         rows = starts.unsqueeze(0) + torch.arange(self.horizon + 1, device=self.device)[:, None]
         rows = rows % self.capacity  # (H+1, B)
         acted = rows[1:]
-        return self.obs[rows], self.action[acted], self.reward[acted], self.terminated[acted]
+        return self.stacked(rows), self.action[acted], self.reward[acted], self.terminated[acted]
+
+    def stacked(self, rows: torch.Tensor) -> torch.Tensor:
+        """The observations of `rows` (...,) as the env gave them (..., obs_dim): each row's
+        frame after those of the `frames` - 1 rows before it, none from before its episode."""
+        if self.frames == 1:
+            return self.obs[rows]
+        back = torch.arange(self.frames - 1, -1, -1, device=self.device)  # oldest first
+        reach = torch.minimum(back, self.position[rows].unsqueeze(-1))
+        frames = self.obs[(rows.unsqueeze(-1) - reach) % self.capacity]
+        return frames.flatten(-2)
 
     # persistence -------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -123,7 +164,9 @@ class EpisodeBuffer:
             "capacity": self.capacity,
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
+            "frames": self.frames,
             "obs": self.obs.cpu(),
+            "position": self.position.cpu(),
             "action": self.action.cpu(),
             "reward": self.reward.cpu(),
             "terminated": self.terminated.cpu(),
@@ -137,12 +180,15 @@ class EpisodeBuffer:
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise WeightsError("not a TD-MPC2 Live replay buffer (missing or unknown format tag)")
-        dims = (state["obs_dim"], state["action_dim"])
-        if dims != (self.obs_dim, self.action_dim):
+        dims = (state["obs_dim"], state["action_dim"], state.get("frames", 1))
+        if dims != (self.obs_dim, self.action_dim, self.frames):
             raise WeightsError(
-                f"buffer has obs/action dims {dims}, expected {(self.obs_dim, self.action_dim)}"
+                f"buffer has obs/action dims and frames {dims}, expected "
+                f"{(self.obs_dim, self.action_dim, self.frames)}"
             )
-        names = ("obs", "action", "reward", "terminated", "episode")
+        if "position" not in state:  # saved before frames were stacked here: unused then
+            state = {**state, "position": torch.zeros_like(state["episode"])}
+        names = ("obs", "action", "reward", "terminated", "episode", "position")
         if state["capacity"] == self.capacity:
             for name in names:
                 getattr(self, name).copy_(state[name])
@@ -160,3 +206,25 @@ class EpisodeBuffer:
         self.num_transitions = filled.numel() - filled.unique().numel()
         set_generator_state(self._gen, state["generator"])  # saved on another device: reseeded
         self._set_valid_starts()
+
+
+def buffer_rows(cfg: Config) -> int:
+    """A worker's buffer rows: room for its training steps (at most buffer_size) plus each
+    episode's first row (no transition into it), and for one whole episode at least."""
+    rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + cfg.num_envs
+    return max(rows, cfg.episode_length + 1)
+
+
+def frame_storage(cfg: Config) -> dict:
+    """How a run's buffer keeps observations: pixels as single uint8 frames (EpisodeBuffer's
+    `frames` and `dtype`), states as float32 vectors."""
+    if cfg.obs == "rgb":
+        return {"frames": FRAMES, "dtype": torch.uint8}
+    return {}
+
+
+def _is_frame_stack(frames: torch.Tensor) -> bool:
+    """Whether (T+1, F, D) observations are one episode's stacks: the first holds its first
+    frame F times, and each later one drops the oldest frame of the one before."""
+    first = (frames[0] == frames[0, -1:]).all()
+    return bool(first and (frames[1:, :-1] == frames[:-1, 1:]).all())

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 import torch
 
 from agent.agent import TDMPC2, Batch
+from agent.config import Config
 from agent.layers import Layer
 from agent.noise import PackNoise
 from agent.self_check import PLAIN, FastPath, Outputs, Verdict, decide, ladder
@@ -53,9 +54,9 @@ def tf32_matmuls(agent: TDMPC2) -> bool:
 
 
 def check_weights(state: State, seed: int = CHECK_SEED) -> State:
-    """Weights for the check, shaped as `state`'s floating tensors: matrices with unit-scale
-    outputs (std 1/sqrt(fan-in)), LayerNorm gains about 1, biases about 0.1, Q scales in
-    [1, 2)."""
+    """Weights for the check, shaped as `state`'s floating tensors: matrices and convolutions
+    with unit-scale outputs (std 1/sqrt(fan-in)), LayerNorm gains about 1, biases about 0.1,
+    Q scales in [1, 2)."""
     generator = torch.Generator().manual_seed(seed)
     drawn = {}
     for name, tensor in state.items():
@@ -63,7 +64,9 @@ def check_weights(state: State, seed: int = CHECK_SEED) -> State:
             continue
         leaf = name.rsplit(".", 1)[-1]
         noise = torch.randn(tensor.shape, generator=generator)
-        if leaf == "weight":
+        if leaf == "weight" and name.startswith("encoder.convs."):  # ([P], out, in, k, k)
+            value = noise / math.sqrt(math.prod(tensor.shape[-3:]))
+        elif leaf == "weight":
             value = noise / math.sqrt(tensor.shape[-2])
         elif leaf == "ln_weight":
             value = 1 + 0.1 * noise
@@ -89,6 +92,13 @@ class Inputs:
         )
 
 
+def observations(cfg: Config, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Observations as the run's envs give them: normal numbers for states, uint8 pixels."""
+    if cfg.obs == "rgb":
+        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
+    return torch.randn(shape, generator=g)
+
+
 def check_inputs(agent: TDMPC2, batch: int, envs: int, seed: int) -> Inputs:
     cfg, p, h = agent.cfg, agent.pack, agent.cfg.horizon
     g = torch.Generator().manual_seed(seed)
@@ -96,13 +106,13 @@ def check_inputs(agent: TDMPC2, batch: int, envs: int, seed: int) -> Inputs:
     if cfg.episodic:
         terminated = (torch.rand(p, h, batch, 1, generator=g) < 0.1).float()
     parts = (
-        torch.randn(p, h + 1, batch, agent.obs_dim, generator=g),
+        observations(cfg, (p, h + 1, batch, agent.obs_dim), g),
         torch.rand(p, h, batch, agent.action_dim, generator=g) * 2 - 1,
         # each worker's rewards in a range of its own: a loss handed to another worker shows
         torch.rand(p, h, batch, 1, generator=g) * 5 + 5 * torch.arange(p).view(p, 1, 1, 1),
         terminated,
     )
-    obs = torch.randn(p, envs, agent.obs_dim, generator=g)
+    obs = observations(cfg, (p, envs, agent.obs_dim), g)
     warm = (torch.rand(p, envs, h + 1, agent.action_dim, generator=g) * 2 - 1) * 0.5
     device = agent.device
     return Inputs(tuple(x.to(device) for x in parts), obs.to(device), warm.to(device))

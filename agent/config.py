@@ -20,6 +20,9 @@ class Config:
     # environment
     task: str = "walker-walk"
     """DMControl task as domain-task (walker-walk), or a gymnasium id (Hopper-v5, pkg:Env-v0)."""
+    obs: str = "state"
+    """What the agent sees: state (the task's state vector) or rgb (the last 3 frames of a 64x64
+    camera, DMControl tasks only), as the authors' `obs`."""
     env_kwargs: str = ""
     """A gymnasium env's constructor arguments as a JSON object, e.g. {"frame_skip": 2}."""
     seed: int = 1
@@ -107,6 +110,8 @@ class Config:
     """Encoder layers, hidden layers plus the output layer (0: from model_size)."""
     num_q: int = 0
     """Q functions in the ensemble (0: from model_size)."""
+    num_channels: int = 32
+    """Channels of each convolution of the pixel encoder (--obs rgb)."""
     dropout: float = 0.01
     """Dropout on the first layer of each Q network."""
     simnorm_dim: int = 8
@@ -231,7 +236,11 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
     "latent_dim": (1, 65_536),
     "num_enc_layers": (1, 64),
     "simnorm_dim": (1, 1024),
+    "num_channels": (1, 1024),
 }
+
+# obs's values: the state vector, or stacked camera frames (agent/pixels.py).
+OBS_KINDS = ("state", "rgb")
 
 
 def _json_object(text: str) -> object:
@@ -326,6 +335,12 @@ def validate(cfg: Config) -> None:
             f"env_kwargs must be a JSON object such as '{{\"frame_skip\": 2}}', got "
             f"{cfg.env_kwargs!r}",
             "env_kwargs",
+        )
+    if cfg.obs not in OBS_KINDS:
+        raise ConfigError(
+            f"obs must be state or rgb (the authors' two; rgb: 64x64 camera frames), got "
+            f"{cfg.obs!r}",
+            "obs",
         )
     if cfg.fast_path not in FAST_PATHS:
         raise ConfigError(

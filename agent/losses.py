@@ -36,7 +36,7 @@ def world_model_loss(
     action_dim = action.shape[-1]
     rho = rho_weights(cfg.rho, horizon, obs.device)
     with torch.no_grad():
-        next_z = m.encode(obs[:, 1:])
+        next_z = m.encode(obs[:, 1:], noise)
         flat_next = next_z.flatten(1, 2)
         next_action = m.policy(flat_next, noise.normal(horizon * batch, action_dim))
         target_q = two_hot.decode(
@@ -48,7 +48,7 @@ def world_model_loss(
         alive = 1 - terminated if cfg.episodic else 1.0
         td_target = reward + cfg.gamma * alive * next_value
 
-    z = m.encode(obs[:, 0])
+    z = m.encode(obs[:, 0], noise)
     zs = [z]
     consistency = 0.0
     for t in range(horizon):

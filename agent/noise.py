@@ -50,6 +50,17 @@ class PackNoise:
             [torch.rand(shape, generator=g, device=self.device) for g in self.generators]
         )
 
+    def integers(self, high: int, *shape: int) -> torch.Tensor:
+        """(P, *shape) integers uniform in [0, high), as torch.randint draws them."""
+        if self.shared:
+            return torch.randint(high, (self.pack, *shape), device=self.device)
+        if self.pack == 1:
+            g = self.generators[0]
+            return torch.randint(high, shape, generator=g, device=self.device)[None]
+        return torch.stack(
+            [torch.randint(high, shape, generator=g, device=self.device) for g in self.generators]
+        )
+
     def q_pair(self, num_q: int) -> torch.Tensor:
         """(P, 2): two distinct Q indices per worker, drawn on the device (no host sync)."""
         return self.uniform(num_q).argsort(-1)[:, :2]

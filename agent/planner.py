@@ -123,7 +123,7 @@ def plan(
     Returns (actions (P, N, A) in [-1, 1], the final mean (P, N, H, A) for the next warm start).
     """
     k = knobs
-    z0 = model.encode(obs).unsqueeze(2)  # (P, N, 1, L)
+    z0 = model.encode(obs, noise).unsqueeze(2)  # (P, N, 1, L)
     p, n, a_dim = obs.shape[0], obs.shape[1], warm_mean.shape[-1]
     num_sampled = k.num_samples - k.num_pi_trajs
     pi_actions, pi_rollout = [], None

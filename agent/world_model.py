@@ -12,8 +12,11 @@ import torch
 import torch.nn as nn
 
 from agent.config import Config
+from agent.conv import ConvEncoder
 from agent.layers import MLP, Inputs
 from agent.math import PolicySample, bounded_log_std, squashed_gaussian
+from agent.noise import PackNoise
+from agent.pixels import OBS_DIM
 
 
 class WorldModel(nn.Module):
@@ -26,9 +29,20 @@ class WorldModel(nn.Module):
         za = (latent, action_dim)
         enc_hidden = [cfg.enc_dim] * max(cfg.num_enc_layers - 1, 1)
         p = pack
-        self.encoder = MLP(
-            (obs_dim,), enc_hidden, latent, out_norm=True, out_act="simnorm", simnorm_dim=gs, pack=p
-        )
+        if cfg.obs == "rgb":
+            if obs_dim != OBS_DIM:
+                raise ValueError(f"pixel observations have {OBS_DIM} values, got {obs_dim}")
+            self.encoder = ConvEncoder(cfg.num_channels, latent, gs, pack=p)
+        else:
+            self.encoder = MLP(
+                (obs_dim,),
+                enc_hidden,
+                latent,
+                out_norm=True,
+                out_act="simnorm",
+                simnorm_dim=gs,
+                pack=p,
+            )
         self.dynamics = MLP(
             za, [mlp, mlp], latent, out_norm=True, out_act="simnorm", simnorm_dim=gs, pack=p
         )
@@ -49,7 +63,11 @@ class WorldModel(nn.Module):
         self.target_qs.train(False)
         return self
 
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+    def encode(self, obs: torch.Tensor, noise: PackNoise | None = None) -> torch.Tensor:
+        """Latents of observations (P, ..., obs_dim); the pixel encoder draws its random
+        shifts from `noise` (None: unshifted), the state encoder draws nothing."""
+        if self.cfg.obs == "rgb":
+            return self.encoder(obs, noise)
         return self.encoder(obs)
 
     def next(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -95,3 +113,9 @@ class WorldModel(nn.Module):
         """Polyak-move the target Qs towards the online Qs."""
         target = list(self.target_qs.parameters())
         torch._foreach_lerp_(target, list(self.qs.parameters()), tau)
+
+
+def weights_obs(model_state: dict) -> str:
+    """What networks saved as `model_state` (a WorldModel's state dict) learned from: "rgb"
+    when their encoder is the convolutional one, else "state"."""
+    return "rgb" if any(name.startswith("encoder.convs.") for name in model_state) else "state"

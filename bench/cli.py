@@ -205,14 +205,14 @@ def run_bench(args: argparse.Namespace, cfg: Config) -> int:
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.serve_attack:
-        from bench.serve_attack import serve_attack_benchmark
+        from bench.link.serve_attack import serve_attack_benchmark
 
         root = args.run_dir or str(default_run_dir(f"serve-attack-{cfg.task}"))
         result = serve_attack_benchmark(cfg, args.serve_attack, 2, args.seconds, root, args.rounds)
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     if args.remote:
-        from bench.remote import remote_benchmark
+        from bench.link.remote import remote_benchmark
 
         root = args.run_dir or str(default_run_dir(f"remote-{cfg.task}"))
         result = remote_benchmark(

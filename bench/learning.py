@@ -13,10 +13,11 @@ from workers.door import default_run_dir
 
 
 def compare_with_published(
-    task: str, evals: list[tuple[int, float]], action_repeat: int
+    task: str, evals: list[tuple[int, float]], action_repeat: int, obs: str = "state"
 ) -> list[dict]:
-    """Each of our evaluations beside the published curve interpolated at the same env step."""
-    curve = published_curve(task)
+    """Each of our evaluations beside the published curve (from `obs`) interpolated at the same
+    env step."""
+    curve = published_curve(task, obs)
     if curve is None:
         return []
     steps, values = curve
@@ -44,7 +45,7 @@ def learning_benchmark(cfg: Config, run_dir: str | None) -> dict:
 
     run = RunDir.create(run_dir or default_run_dir(f"learning-{cfg.task}"))
     summary = Trainer(cfg, run).run()
-    rows = compare_with_published(cfg.task, summary["eval_returns"], cfg.action_repeat)
+    rows = compare_with_published(cfg.task, summary["eval_returns"], cfg.action_repeat, cfg.obs)
     result = {
         "task": cfg.task,
         "run_dir": str(run.path),

@@ -4,6 +4,7 @@ dispatches to all of them."""
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
@@ -15,7 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from agent.agent import TDMPC2
-from agent.buffer import EpisodeBuffer
+from agent.buffer import EpisodeBuffer, frame_storage
 from agent.config import Config, knobs_of
 from agent.envs import env_of
 from bench.graph_skips import cudagraph_skips
@@ -61,7 +62,9 @@ def count_flops(fn: Callable[[], object]) -> int:
 def filled_buffer(
     cfg: Config, obs_dim: int, action_dim: int, device: torch.device
 ) -> EpisodeBuffer:
-    """A buffer holding a few random episodes, so update timing includes sampling."""
+    """A buffer holding a few random episodes, so update timing includes sampling (and, for
+    pixels, stacking the frames again)."""
+    storage = frame_storage(cfg)
     buffer = EpisodeBuffer(
         10 * (cfg.episode_length + 1),
         obs_dim,
@@ -70,16 +73,28 @@ def filled_buffer(
         cfg.batch_size,
         device,
         seed=cfg.seed,
+        **storage,
     )
     gen = torch.Generator().manual_seed(cfg.seed)
     for _ in range(4):
         steps = cfg.episode_length
         buffer.add_episode(
-            torch.randn(steps + 1, obs_dim, generator=gen),
+            random_observations(steps + 1, obs_dim, storage.get("frames", 1), gen),
             torch.rand(steps, action_dim, generator=gen) * 2 - 1,
             torch.rand(steps, generator=gen),
         )
     return buffer
+
+
+def random_observations(count: int, obs_dim: int, frames: int, gen: torch.Generator):
+    """An episode's observations: normal numbers, or (frames > 1) stacks of random uint8
+    frames as the env makes them (the first frame repeated at the start)."""
+    if frames == 1:
+        return torch.randn(count, obs_dim, generator=gen)
+    single = torch.randint(0, 256, (count, obs_dim // frames), dtype=torch.uint8, generator=gen)
+    steps = torch.arange(count)
+    back = [(steps - k).clamp(min=0) for k in range(frames - 1, -1, -1)]
+    return torch.cat([single[b] for b in back], dim=1)
 
 
 def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
@@ -124,6 +139,9 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
     result = {
         "task": cfg.task,
         "model_size": cfg.model_size,
+        "obs": cfg.obs,
+        # what renders a pixel run's frames (the env step's time includes it)
+        "gl": os.environ.get("MUJOCO_GL", "") if cfg.obs == "rgb" else None,
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device)
         if device.type == "cuda"
@@ -157,15 +175,17 @@ def speed_benchmark(cfg: Config, repeats: int, warmup: int) -> dict:
         6,
         3,
     )
-    if reference and device.type == "cpu" and default_planning and cfg.batch_size == 256:
+    states = cfg.obs == "state"  # the reference figures are from states
+    if reference and device.type == "cpu" and default_planning and cfg.batch_size == 256 and states:
         result["reference_update_ms"], result["reference_plan_ms"] = reference
         result["ratio_to_reference"] = round(step_ms / sum(reference), 3)
     return result
 
 
 def print_table(r: dict) -> None:
+    seen = f"pixels (64x64 x 3, rendered with {r['gl']})" if r.get("obs") == "rgb" else "states"
     print(
-        f"TD-MPC2 Live benchmark: {r['task']}, {r['model_size']}M, {r['device']} "
+        f"TD-MPC2 Live benchmark: {r['task']} from {seen}, {r['model_size']}M, {r['device']} "
         f"({r['device_name']}, {r['threads']} threads, compiled={r['compiled']}, bf16={r['bf16']})"
     )
     print(f"knobs: {r['knobs']}, batch {r['batch_size']}")
@@ -179,7 +199,7 @@ def print_table(r: dict) -> None:
             r["update_gflop"] + r["plan_gflop"],
             ref_u + ref_p if ref_u else None,
         ),
-        ("env step", r["env_step_ms"], 0.0, None),
+        ("env step" + (" + render" if r.get("obs") == "rgb" else ""), r["env_step_ms"], 0.0, None),
     ]
     print(f"{'':15}{'ms':>10}{'GFLOP':>9}{'reference ms':>14}{'ratio':>8}")
     for name, ms, gflop, ref in rows:

@@ -28,6 +28,7 @@ from workers.door import (
     Command,
     Lane,
     OpenShowcase,
+    ShowPanes,
     check_race,
     lane_source,
     race_top,
@@ -172,13 +173,15 @@ class Controller:
             self._phase = "idle" if self._run is None else "stopped"
             raise
         run.do(OpenShowcase(*self.frame_size, mode=self.viewport, nice=WORKER_NICE))
+        if run.cfg.obs == "rgb":  # a run from pixels opens on what its agent sees
+            run.do(ShowPanes("agent-view"))
         with self._run_lock:
             self._run = run
         workers = run.settings.workers
         control = run.settings.control_index  # not workers - 1: workers may have been added
         self._model = RunModel(workers, run.cfg.resolved_seed_steps, control)
         self._cameras = run.showcase.camera_names()
-        published = published_curve(run.cfg.task, run.cfg.action_repeat)
+        published = published_curve(run.cfg.task, run.cfg.action_repeat, run.cfg.obs)
         self._published_note = published_note(run.cfg, published is not None)
         self._published = (published[0].tolist(), published[1].tolist()) if published else None
         # The race table's thresholds are fractions of the published end where it applies.
@@ -255,6 +258,7 @@ class Controller:
         self.view = View(
             **base,
             task=run.cfg.task,
+            obs=run.cfg.obs,
             run_path=str(run.path),
             wording=run.wording,
             paused=run.is_paused(),

@@ -100,11 +100,11 @@ def chart_line(
 
 
 def published_curve(
-    task: str, action_repeat: int = ACTION_REPEAT
+    task: str, action_repeat: int = ACTION_REPEAT, obs: str = "state"
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The authors' mean evaluation return over seeds, if published, against the agent steps of
-    a run with this action repeat (the same environment steps)."""
-    curve = read_published(task)
+    """The authors' mean evaluation return over seeds from `obs` (state or rgb), if published,
+    against the agent steps of a run with this action repeat (the same environment steps)."""
+    curve = read_published(task, obs)
     return None if curve is None else (curve[0] / action_repeat, curve[1])
 
 
@@ -112,7 +112,11 @@ def published_note(cfg: Config, published: bool) -> str:
     """The line under the return chart: what the reference line is and how this run's settings
     differ from those of the published runs."""
     if not published:
-        return "no published curve for this task"
+        return "no published curve for this task" + (" from pixels" if cfg.obs == "rgb" else "")
     differs = paper_differences(cfg)
-    text = "published line: the authors' TD-MPC2 runs (5M, 3 seeds, evaluations, same env steps)"
+    source = " from pixels" if cfg.obs == "rgb" else ""
+    text = (
+        f"published line: the authors' TD-MPC2 runs{source} (5M, 3 seeds, evaluations, same "
+        "env steps)"
+    )
     return text + (f"; this run differs: {', '.join(differs)}" if differs else "")

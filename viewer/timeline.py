@@ -11,7 +11,7 @@ import numpy as np
 
 from agent.knobs import knob_text
 from viewer.series import Series
-from workers.door import AlbumEntry, PaneInfo, PinEpisode, nearest_entry
+from workers.door import AlbumEntry, PaneInfo, PinEpisode, agent_view_boxes, nearest_entry
 
 # A chart click pins an album episode at most this far from the step clicked, as a fraction of
 # the album's whole span of steps (and at least MIN_REACH steps): farther means "none there".
@@ -82,6 +82,26 @@ def chart_pick(
     if found is None:
         return None, f"refused: the album keeps no episode near step {step:,.0f}"
     return found, ""
+
+
+# Over the agent's view (a pixel run): its frames, oldest first, as its encoder takes them.
+AGENT_FRAME_LABELS = ("t-2", "t-1", "t")
+
+
+Point = tuple[int, int]
+
+
+def agent_labels(frame: Point, scale: float) -> list[tuple[str, Point, tuple[Point, Point]]]:
+    """(text, where it starts, its background's corners) of each label over the agent's
+    frames (the showcase's agent view) in a frame of (height, width) drawn `scale` times its
+    size: at each frame's top left."""
+    labels = []
+    for (top, left, _), text in zip(agent_view_boxes(*frame), AGENT_FRAME_LABELS, strict=True):
+        top, left = int(top * scale), int(left * scale)
+        labels.append(
+            (text, (left + 3, top + 1), ((left, top), (left + 6 + 7 * len(text), top + 18)))
+        )
+    return labels
 
 
 def pane_roles(count: int, layout: str) -> list[str]:

@@ -43,6 +43,7 @@ class View:
     version: int
     phase: str  # idle, starting, running, stopping, stopped
     task: str = ""
+    obs: str = "state"  # what the run's agent sees: state or rgb (the agent's view pane)
     run_path: str = ""
     wording: Wording = OWNED  # how to word what was done with the run shown
     paused: bool = False

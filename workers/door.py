@@ -94,6 +94,7 @@ from workers.rundir.records import (
 )
 from workers.rundir.requests import served_notice
 from workers.rundir.settings import RunSettings
+from workers.showcase.agent_view import frame_boxes as agent_view_boxes
 from workers.showcase.episodes import LAYOUTS, nearest_entry, pane_boxes, source_album
 from workers.showcase.frames import PaneInfo, pane_infos
 from workers.showcase.replay import MODES
@@ -139,6 +140,7 @@ __all__ = [
     "nearest_entry",
     "pane_boxes",
     "pane_infos",
+    "agent_view_boxes",
     "source_album",
     "MakeMontage",
     # a run from the flags, the window's start-up or its new-run dialog, checked before made

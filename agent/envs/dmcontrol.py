@@ -1,15 +1,18 @@
-"""DeepMind Control Suite tasks as gymnasium environments: flat state observations, actions in
-[-1, 1], action repeat, fixed episode length, seeding and offscreen RGB rendering."""
+"""DeepMind Control Suite tasks as gymnasium environments: flat state observations, or stacked
+camera frames as the authors take them (agent/pixels.py), actions in [-1, 1], action repeat,
+fixed episode length, seeding and offscreen RGB rendering."""
 
 from __future__ import annotations
 
 import ctypes.util
 import os
+import warnings
 
 import gymnasium
 import numpy as np
 
 from agent.errors import ConfigError
+from agent.pixels import OBS_DIM, SIZE, FrameStack, camera_of
 
 
 def choose_gl_backend() -> str:
@@ -23,6 +26,9 @@ def choose_gl_backend() -> str:
             os.environ["MUJOCO_GL"] = "glfw"
     if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+    # GLFW warns at import when there is no display; a render that then fails says so in its
+    # error (a pixel run refuses to start with it, agent/envs/make.py's check_renders).
+    warnings.filterwarnings("ignore", module="glfw")
     return os.environ["MUJOCO_GL"]
 
 
@@ -69,31 +75,46 @@ class DMControlEnv(gymnasium.Env):
         episode_length: int = 500,
         render_size: tuple[int, int] = (240, 320),
         camera_id: int = 0,
+        obs: str = "state",
     ):
+        """`obs`: "state" (the flat state vector) or "rgb" (the last frames of the authors'
+        camera for the domain, agent/pixels.py)."""
         domain, task_name = resolve_task(task)
-        self.task_name = task
+        self.task_name, self.obs = task, obs
         self._env = suite.load(domain, task_name, task_kwargs={"random": seed})
         self.action_repeat, self.episode_length = action_repeat, episode_length
         self.render_size, self.camera_id = render_size, camera_id
         self.render_mode = "rgb_array"
         spec = self._env.action_spec()
         self._low, self._high = spec.minimum.astype(np.float64), spec.maximum.astype(np.float64)
-        obs_dim = sum(int(np.prod(s.shape)) for s in self._env.observation_spec().values())
-        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        self.pixel_camera = camera_of(domain)
+        self._stack = FrameStack() if obs == "rgb" else None
+        if self._stack is not None:
+            self.observation_space = gymnasium.spaces.Box(0, 255, (OBS_DIM,), np.uint8)
+        else:
+            obs_dim = sum(int(np.prod(s.shape)) for s in self._env.observation_spec().values())
+            self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
         self.action_space = gymnasium.spaces.Box(-1.0, 1.0, spec.shape, np.float32)
         self._t = 0
 
-    @staticmethod
-    def _flatten(observation: dict) -> np.ndarray:
-        parts = [np.asarray(v, dtype=np.float32).ravel() for v in observation.values()]
-        return np.concatenate(parts)
+    def _observe(self, observation: dict, first: bool = False) -> np.ndarray:
+        """The state flattened, or the stacked frames with the camera's new one."""
+        if self._stack is None:
+            parts = [np.asarray(v, dtype=np.float32).ravel() for v in observation.values()]
+            return np.concatenate(parts)
+        frame = self.pixel_frame()
+        return self._stack.reset(frame) if first else self._stack.push(frame)
+
+    def pixel_frame(self) -> np.ndarray:
+        """What the agent's camera sees now, as a pixel observation's frame (HWC uint8)."""
+        return self._env.physics.render(height=SIZE, width=SIZE, camera_id=self.pixel_camera)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         if seed is not None:
             self._env.task.random.seed(seed)
         self._t = 0
-        observation = self._flatten(self._env.reset().observation)
+        observation = self._observe(self._env.reset().observation, first=True)
         return observation, {"state": self.physics_state()}
 
     def step(self, action: np.ndarray):
@@ -109,7 +130,7 @@ class DMControlEnv(gymnasium.Env):
         # DMControl tasks never terminate; their time limit is a truncation.
         truncated = self._t >= self.episode_length or step.last()
         info = {"state": self.physics_state()}
-        return self._flatten(step.observation), reward, False, truncated, info
+        return self._observe(step.observation), reward, False, truncated, info
 
     def render(self, camera_id: int | None = None) -> np.ndarray:
         height, width = self.render_size

@@ -3,7 +3,10 @@ stepped together, each with its seed."""
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -38,13 +41,56 @@ def task_kind(task: str) -> str:
     )
 
 
-def check_task(task: str, env_kwargs: dict | None = None) -> None:
-    """Everything a run checks about its task before it writes anything: the name, and for a
-    gymnasium env its contract and gymnasium's own env check."""
+def check_task(task: str, env_kwargs: dict | None = None, obs: str = "state") -> None:
+    """Everything a run checks about its task before it writes anything: the name, for a
+    gymnasium env its contract and gymnasium's own env check, for pixels that the task
+    renders here."""
     if task_kind(task) == "gymnasium":
+        if obs == "rgb":
+            raise ConfigError(
+                f"--obs rgb renders DMControl tasks (as the authors' obs=rgb); {task} is a "
+                "gymnasium env: leave --obs at state",
+                "obs",
+            )
         check_contract(task, env_kwargs)
     elif env_kwargs:
         raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
+    elif obs == "rgb":
+        check_renders(task)
+
+
+def check_renders(task: str) -> None:
+    """A pixel run's task must render offscreen here (MuJoCo's GL backend): one frame is
+    rendered, else a ConfigError that says why."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the GL library's own warnings: the error says it
+        failure = _render_failure(task)
+    if failure:
+        raise ConfigError(failure, "obs")
+
+
+def _render_failure(task: str) -> str | None:
+    env = DMControlEnv(task, obs="rgb")
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None  # a half-made GL context complains as it is freed
+    try:
+        env.reset(seed=0)  # renders the first frame
+        return None
+    except Exception as err:  # noqa: BLE001  (whatever the GL backend raises)
+        return render_failure(task, err)
+    finally:
+        env.close()
+        del env
+        gc.collect()
+        sys.unraisablehook = hook
+
+
+def render_failure(task: str, err: BaseException) -> str:
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+    return (
+        f"--obs rgb: {task} cannot render here (MUJOCO_GL={os.environ.get('MUJOCO_GL')}: "
+        f"{first}); install EGL (libegl1) or OSMesa (libosmesa6), or train from states"
+    )
 
 
 def task_defaults(
@@ -70,6 +116,15 @@ def task_defaults(
     }
 
 
+def obs_action_dims(cfg: Config) -> tuple[int, int]:
+    """The sizes of a run's observations (flat) and actions, read from one env of it."""
+    env = env_of(cfg, 0)  # loads the model; a pixel env renders nothing until reset
+    try:
+        return int(env.observation_space.shape[0]), int(env.action_space.shape[0])
+    finally:
+        env.close()
+
+
 def action_dim(task: str, env_kwargs: dict | None = None) -> int:
     """The task's action dimension (what the auto planner settings depend on)."""
     env = make_env(task, env_kwargs=env_kwargs)
@@ -86,27 +141,42 @@ def make_env(
     episode_length: int = 500,
     env_kwargs: dict | None = None,
     render_size: tuple[int, int] = (240, 320),
+    obs: str = "state",
 ) -> Env:
-    """One env of `task`; `env_kwargs` go to a gymnasium env's constructor."""
+    """One env of `task`; `env_kwargs` go to a gymnasium env's constructor; `obs`: state, or
+    rgb (a DMControl task's stacked frames)."""
     if task_kind(task) == "dmcontrol":
         if env_kwargs:
             raise ConfigError("env_kwargs are for gymnasium envs: DMControl tasks take none")
-        return DMControlEnv(task, seed, action_repeat, episode_length, render_size)
+        return DMControlEnv(task, seed, action_repeat, episode_length, render_size, obs=obs)
+    if obs != "state":
+        raise ConfigError(f"--obs {obs} renders DMControl tasks only; {task} is a gymnasium env")
     return GymEnv(task, seed, action_repeat, episode_length, render_size, env_kwargs=env_kwargs)
 
 
 def env_of(cfg: Config, seed: int, render_size: tuple[int, int] = (240, 320)) -> Env:
     """One env as `cfg` has it: its task, repeat, episode length and env_kwargs."""
     return make_env(
-        cfg.task, seed, cfg.action_repeat, cfg.episode_length, cfg.env_options, render_size
+        cfg.task,
+        seed,
+        cfg.action_repeat,
+        cfg.episode_length,
+        cfg.env_options,
+        render_size,
+        obs=cfg.obs,
     )
 
 
 def _env_factory(
-    task: str, seed: int, action_repeat: int, episode_length: int, env_kwargs: dict | None
+    task: str,
+    seed: int,
+    action_repeat: int,
+    episode_length: int,
+    env_kwargs: dict | None,
+    obs: str,
 ) -> Callable:
     def make() -> Env:
-        return make_env(task, seed, action_repeat, episode_length, env_kwargs)
+        return make_env(task, seed, action_repeat, episode_length, env_kwargs, obs=obs)
 
     return make
 
@@ -120,6 +190,7 @@ def make_vector_env(
     asynchronous: bool | None = None,
     seeds: Sequence[int] | None = None,
     env_kwargs: dict | None = None,
+    obs: str = "state",
 ) -> VectorEnv:
     """num_envs copies of a task (seeds seed, seed+1, ..., or the given `seeds`) stepped
     together.
@@ -130,7 +201,9 @@ def make_vector_env(
     """
     task_kind(task)
     seeds = list(seeds) if seeds is not None else [seed + i for i in range(num_envs)]
-    factories = [_env_factory(task, s, action_repeat, episode_length, env_kwargs) for s in seeds]
+    factories = [
+        _env_factory(task, s, action_repeat, episode_length, env_kwargs, obs) for s in seeds
+    ]
     num_envs = len(seeds)
     if asynchronous is None:
         asynchronous = num_envs > 1 and (os.cpu_count() or 1) > num_envs

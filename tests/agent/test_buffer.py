@@ -174,3 +174,109 @@ def test_an_episode_that_wraps_round_the_ring_is_one_episode():
     # Episode 0 lost its first rows to the wrap; the other two (and what is left of it) are
     # drawn equally.
     assert torch.allclose(shares, torch.full_like(shares, 1 / len(shares)), atol=0.03), shares
+
+
+# stacked frames (pixels) -------------------------------------------------------------------------
+def _stacked_episode(episode_id: int, steps: int, frame_dim=4, frames=3):
+    """An episode of stacked frames as the env gives them: frame t of episode e is filled with
+    e * 20 + t; the first observation repeats the first frame."""
+    seen = [
+        torch.full((frame_dim,), episode_id * 20 + t, dtype=torch.uint8) for t in range(steps + 1)
+    ]
+    obs = torch.stack(
+        [
+            torch.cat([seen[max(0, t - back)] for back in range(frames - 1, -1, -1)])
+            for t in range(steps + 1)
+        ]
+    )
+    action = torch.zeros(steps, 1)
+    return obs, action, torch.arange(steps, dtype=torch.float32)
+
+
+def test_stacked_frames_are_kept_once_and_stacked_again_at_sampling():
+    buffer = EpisodeBuffer(200, 12, 1, horizon=3, batch_size=2048, frames=3, dtype=torch.uint8)
+    episodes = {i: _stacked_episode(i, n) for i, n in enumerate([6, 3, 9, 4])}
+    for obs, action, reward in episodes.values():
+        buffer.add_episode(obs, action, reward)
+    assert buffer.obs.shape == (200, 4) and buffer.obs.dtype == torch.uint8  # a frame per row
+    obs, _, reward, _ = buffer.sample()
+    assert obs.shape == (4, 2048, 12) and obs.dtype == torch.uint8
+    # every sampled observation is exactly the env's at that step (rewards here count steps)
+    steps = torch.cat([reward[:1, :, 0] - 0, reward[:, :, 0] + 1]).long()  # step of each row
+    episode = obs[0, :, -1].long() // 20
+    for t in range(4):
+        for b in range(0, 2048, 7):
+            expected = episodes[int(episode[b])][0][int(steps[t, b])]
+            assert torch.equal(obs[t, b], expected)
+    # starts near an episode's beginning repeat its first frame, never the episode before's
+    first = obs[0][steps[0] == 0].view(-1, 3, 4)
+    assert len(first) and (first == first[:, 2:]).all()
+    assert (obs.view(4, 2048, 3, 4) // 20 == episode.view(1, -1, 1, 1)).all(), "across a boundary"
+
+
+def test_a_slice_whose_first_frames_were_overwritten_is_not_drawn():
+    # 10 rows: the second 7-row episode overwrites the first's head; the first's tail keeps
+    # rows whose stacks would reach into overwritten rows.
+    buffer = EpisodeBuffer(10, 12, 1, horizon=1, batch_size=4096, frames=3, dtype=torch.uint8)
+    buffer.add_episode(*_stacked_episode(0, 6))
+    buffer.add_episode(*_stacked_episode(1, 6))  # rows 7..9, 0..3: episode 0 keeps rows 4..6
+    obs, _, _, _ = buffer.sample()
+    old = obs[0, :, -1] < 20
+    # episode 0's surviving rows are its steps 4, 5, 6: a start at 4 or 5 stacks steps 2-5,
+    # rows 2 and 3 now episode 1's; none of its slices may be drawn
+    assert not old.any()
+    state = buffer.state_dict()
+    copy = EpisodeBuffer(10, 12, 1, horizon=1, batch_size=8, frames=3, dtype=torch.uint8)
+    copy.load_state_dict(state)
+    assert torch.equal(copy.position, buffer.position) and torch.equal(copy.obs, buffer.obs)
+
+
+def test_observations_that_are_not_a_frame_stack_are_refused():
+    buffer = EpisodeBuffer(50, 12, 1, horizon=1, batch_size=8, frames=3, dtype=torch.uint8)
+    obs, action, reward = _stacked_episode(0, 5)
+    broken = obs.clone()
+    broken[3, :4] += 1  # its oldest frame is not the frame before's middle one
+    with pytest.raises(ValueError, match="stacked frames"):
+        buffer.add_episode(broken, action, reward)
+    with pytest.raises(WeightsError, match="frames"):
+        EpisodeBuffer(50, 12, 1, horizon=1, batch_size=8).load_state_dict(buffer.state_dict())
+
+
+def test_a_stored_pixel_step_takes_a_third_of_a_stacked_one():
+    stacked = EpisodeBuffer.row_bytes(9 * 64 * 64, 6, frames=1, obs_bytes=1)
+    single = EpisodeBuffer.row_bytes(9 * 64 * 64, 6, frames=3, obs_bytes=1)
+    assert stacked - single == 2 * 64 * 64 * 3  # two frames of 64x64 RGB fewer a step
+    buffer = EpisodeBuffer(
+        100, 9 * 64 * 64, 6, horizon=3, batch_size=8, frames=3, dtype=torch.uint8
+    )
+    held = sum(t.numel() * t.element_size() for t in (buffer.obs, buffer.action, buffer.reward))
+    held += sum(
+        t.numel() * t.element_size() for t in (buffer.terminated, buffer.episode, buffer.position)
+    )
+    assert held == 100 * (single - 8)  # all but the valid starts' index, which grows as it fills
+
+
+def test_a_buffer_saved_before_frames_were_stacked_here_still_loads():
+    buffer = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8, seed=3)
+    for i in range(3):
+        buffer.add_episode(*_episode(i, 7))
+    old = {k: v for k, v in buffer.state_dict().items() if k not in ("frames", "position")}
+    copy = EpisodeBuffer(100, 3, 2, horizon=3, batch_size=8)
+    copy.load_state_dict(old)
+    assert len(copy) == len(buffer)
+    for a, b in zip(buffer.sample(), copy.sample()):
+        assert torch.equal(a, b)
+
+
+def test_a_runs_buffer_holds_its_steps_and_each_episodes_first_row():
+    from agent.buffer import buffer_rows, frame_storage
+    from agent.config import make_config
+
+    cfg = make_config(1, steps=10_000, buffer_size=1_000_000, episode_length=500, num_envs=2)
+    assert buffer_rows(cfg) == 10_000 + 20 + 2  # the steps, a first row per episode, per env
+    small = make_config(1, steps=10_000, buffer_size=3_000, episode_length=500)
+    assert buffer_rows(small) == 3_000 + 20 + 1
+    short = make_config(1, steps=10, episode_length=500)
+    assert buffer_rows(short) == 501  # room for one whole episode
+    assert frame_storage(make_config(1, obs="rgb")) == {"frames": 3, "dtype": torch.uint8}
+    assert frame_storage(make_config(1)) == {}

@@ -18,6 +18,7 @@ import agent.planner as planner
 from agent.agent import TDMPC2
 from agent.check_probe import AgentProbe, check_fast_path, check_inputs, check_weights
 from agent.layers import Layer
+from agent.pixels import OBS_DIM
 from agent.self_check import PLAIN, FastPath
 
 OBS, ACT = 5, 2
@@ -472,3 +473,33 @@ def test_under_tf32_a_sound_pack_is_kept_and_faults_are_still_caught(fault, monk
     assert verdict.path == FastPath("compile", pack=2) == agent.path
     fast, plain = probes[0].pairs[FastPath("eager", pack=2)]
     assert (fast.action - plain.action).abs().max() > 0.1  # sharp: another elite was drawn
+
+
+def test_a_pixel_pack_in_bf16_agrees_and_is_left_as_found():
+    """The pixel encoder's convolutions stay float32 under bf16 on a CPU; the check's random
+    weights give them unit-scale outputs (fan-in: channels x kernel area), so its rounding
+    stays within the tolerances, and the check puts everything back."""
+    cfg = tiny_config(obs="rgb", bf16=True)
+    agent = TDMPC2(cfg, OBS_DIM, ACT, seeds=[1, 2])
+    agent.act(torch.randint(0, 256, (2, 1, OBS_DIM), dtype=torch.uint8), t0=True)
+    before = _state(agent)
+    verdict = check_fast_path(agent)
+    assert [t.outcome for t in verdict.trials] == ["agrees"] and agent.cfg.bf16
+    assert _equal(_state(agent), before)
+    conv = check_weights(agent.model_state(0))["encoder.convs.0.weight"]
+    assert 0.8 < float(conv.std() * (9 * 7 * 7) ** 0.5) < 1.2
+
+
+@pytest.mark.parametrize("fault", ["perturb", "stale"])
+def test_a_pixel_pack_with_faulty_cuda_graphs_falls_back_and_trains(fault, monkeypatch):
+    monkeypatch.setattr(torch, "compile", fake_compile(fault))
+    cfg = tiny_config(obs="rgb")
+    agent = TDMPC2(cfg, OBS_DIM, ACT, seeds=[1, 2])
+    agent.use_path(FastPath("graphs", pack=2))  # as a CUDA agent starts
+    verdict = check_fast_path(agent)
+    assert [t.outcome for t in verdict.trials] == ["disagrees", "agrees"]
+    assert verdict.path == FastPath("compile", pack=2) == agent.path
+    batch = check_inputs(agent, cfg.batch_size, 1, 3).batch
+    assert batch[0].dtype == torch.uint8  # the check's observations are pixels
+    info = agent.update(batch)
+    assert torch.isfinite(info["total_loss"]).all()

@@ -5,6 +5,7 @@ import pytest
 
 from agent.envs import make_env, make_vector_env, resolve_task, start_step, task_names
 from agent.errors import ConfigError
+from agent.pixels import OBS_DIM, SIZE, frames_of
 
 
 def test_unknown_task_lists_valid_names():
@@ -100,3 +101,49 @@ def test_a_started_step_finishes_as_a_plain_step(asynchronous):
     finally:
         started.close()
         plain.close()
+
+
+# pixels ----------------------------------------------------------------------------------------
+def test_a_pixel_env_stacks_the_cameras_frames_at_reset_and_at_each_step():
+    env = make_env("cartpole-swingup", seed=0, obs="rgb")
+    assert env.observation_space.shape == (OBS_DIM,) and env.observation_space.dtype == np.uint8
+    obs, _ = env.reset(seed=0)
+    first = env.pixel_frame()
+    assert first.shape == (SIZE, SIZE, 3) and first.std() > 5, "a blank frame"
+    # the camera: the authors' (0 here), 64x64
+    assert np.array_equal(first, env.physics.render(height=64, width=64, camera_id=0))
+    assert all(np.array_equal(f, first) for f in frames_of(obs)), "reset fills every slot"
+    seen = [first]
+    for _ in range(4):
+        obs, *_ = env.step(np.ones(1, np.float32))
+        seen.append(env.pixel_frame())
+        expected = ([first] * 2 + seen)[-3:]
+        assert all(np.array_equal(f, s) for f, s in zip(frames_of(obs), expected, strict=True))
+    assert not np.array_equal(seen[-1], seen[-2]), "the cart moved between frames"
+    env.close()
+
+
+def test_quadruped_is_seen_through_its_camera_2():
+    env = make_env("quadruped-walk", seed=0, obs="rgb")
+    obs, _ = env.reset(seed=0)
+    assert env.pixel_camera == 2
+    assert np.array_equal(frames_of(obs)[-1], env.physics.render(64, 64, camera_id=2))
+    env.close()
+
+
+def test_a_new_episode_does_not_stack_frames_of_the_one_before():
+    env = make_vector_env("cartpole-balance", 1, seed=0, episode_length=3, obs="rgb")
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        obs, _, _, truncated, info = env.step(np.ones((1, 1), np.float32))
+    assert truncated.all()
+    fresh = frames_of(obs[0])
+    assert all(np.array_equal(f, fresh[0]) for f in fresh), "the reset's frame in every slot"
+    ended = frames_of(info["final_obs"][0])
+    assert not np.array_equal(ended[-1], fresh[-1]) and not np.array_equal(ended[0], ended[-1])
+    env.close()
+
+
+def test_pixels_are_for_dmcontrol_tasks():
+    with pytest.raises(ConfigError, match="DMControl tasks only"):
+        make_env("Pendulum-v1", obs="rgb")

@@ -224,3 +224,34 @@ def test_a_compiled_agent_marks_loaded_adam_state_static():
         for state in optim.state.values():
             for tensor in state.values():
                 assert getattr(tensor, "_dynamo_static_input_type", None) == "unguarded"
+
+
+def test_a_pixel_packs_plan_and_update_are_one_graph_each(monkeypatch):
+    """From pixels too (the GPU fast path): the random shift's draws, the index that shifts,
+    the grouped convolutions of the pack and the uint8 batch trace without a break."""
+    from agent.pixels import OBS_DIM
+
+    monkeypatch.setattr(TDMPC2, "cpu_threads", False)
+    cfg = tiny_config(obs="rgb")
+    agent = TDMPC2(cfg, OBS_DIM, ACT, seeds=[1, 2])
+    agent.noise = PackNoise([1, 2], "cpu", shared=True)  # as under CUDA graphs
+    obs = torch.randint(0, 256, (2, 3, OBS_DIM), dtype=torch.uint8).float()
+    warm = torch.zeros(2, 3, cfg.horizon, ACT)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(plan)(
+            agent.model, agent.two_hot, obs, warm, agent.plan_knobs(), False, agent.noise
+        )
+    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
+    agent._compile(mode=None)
+    agent.model.train()
+    h, b = cfg.horizon, cfg.batch_size
+    batch = (
+        torch.randint(0, 256, (2, h + 1, b, OBS_DIM), dtype=torch.uint8),
+        torch.rand(2, h, b, ACT) * 2 - 1,
+        torch.rand(2, h, b, 1),
+        torch.zeros(2, h, b, 1),
+    )
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        explained = torch._dynamo.explain(agent._update)(*batch)
+    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
+    assert explained.graph_count == 1

@@ -245,3 +245,19 @@ def test_ranks_that_do_not_fit_together_stop_with_one_line(tmp_path, flags, word
         assert all(word in lines[0] for word in words), lines[0]
     assert time.monotonic() - started < 100  # told at start-up, not after a timeout
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_two_ranks_from_pixels_merge_their_convolutions(tmp_path):
+    """--obs rgb on 2 torchrun ranks (issue 55): the all-reduce averages the pixel encoder's
+    convolutions like any weight, and each rank ends on the merged ones. Only real ranks show
+    the pixel model crossing gloo."""
+    run = tmp_path / "run"
+    finished_job(2, run, "--workers=2", "--steps=100", "--obs=rgb")
+    watcher = Run.attach(run)
+    for k in (0, 1):
+        assert [m.participants for m in events(watcher, Merge, k)] == [(0, 1)] * 2
+    merged = load_state(run / "merge" / "merged.pt")["model"]
+    assert merged["encoder.convs.0.weight"].shape == (32, 9, 7, 7)
+    for final in (run / "worker-0.pt", run / "rank-1" / "worker-1.pt"):
+        weights = load_state(final)["model"]
+        assert all(torch.equal(weights[name], v) for name, v in merged.items())

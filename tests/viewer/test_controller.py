@@ -23,6 +23,7 @@ from workers.door import (
     RemoveWorker,
     RunServer,
     SetKnobs,
+    ShowPanes,
     Stop,
 )
 from workers.run.handle import handle
@@ -174,3 +175,18 @@ def test_a_montage_says_how_far_and_where_even_after_its_run_stopped(opened):
     done = notices_until(controller, "montage written", timeout=300)  # nice 10 on a busy host
     assert done[-1].endswith(started.rpartition(": ")[2])
     assert any("rendered" in line for line in done), "progress on the way"
+
+
+def test_a_run_from_pixels_opens_on_the_agents_view_beside_the_pixel_curve(tmp_path):
+    run = Recorded.create(tmp_path / "run", tiny(100, obs="rgb"), RunSettings(workers=1))
+    controller = Controller((48, 64), viewport="replay")
+    try:
+        controller.open(lambda: run)
+        assert next_of(run.done) == OpenShowcase(48, 64, mode="replay", nice=5)
+        assert next_of(run.done) == ShowPanes("agent-view")
+        notices_until(controller, "started")
+        assert wait_until(lambda: controller.view.obs == "rgb")
+        assert controller.view.panes == "agent-view"
+        assert "no published curve for this task from pixels" in controller.view.published_note
+    finally:
+        controller.shutdown(timeout=60)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agent.config import make_config
-from agent.envs.published import PUBLISHED
+from agent.envs.published import PUBLISHED, PUBLISHED_PIXELS
 from viewer.model import RunModel
 from viewer.plots import axis_limits, nearest_point
 from viewer.series import Series, downsample, published_curve, published_note, smooth
@@ -86,6 +86,29 @@ def test_every_published_task_has_its_reference_curve_shipped():
         steps, returns = published_curve(task)
         assert steps[0] == 0 and steps[-1] >= 50_000, task
         assert np.isfinite(returns).all() and len(steps) >= 2, task
+
+
+def test_a_pixel_run_is_drawn_beside_the_authors_pixel_curve():
+    # Their 12 pixel tasks, 3 seeds each; walker-walk's mean is 464 at 100k environment steps,
+    # 836 at 200k (their results/tdmpc2-pixels/walker-walk.csv), below the state curve's.
+    tasks = sorted(p.stem for p in PUBLISHED_PIXELS.glob("*.csv"))
+    assert len(tasks) == 12 and "walker-walk" in tasks and "cartpole-balance" not in tasks
+    seeds = {
+        line.split(",")[2]
+        for line in (PUBLISHED_PIXELS / "walker-walk.csv").read_text().split()[1:]
+    }
+    assert seeds == {"1", "2", "3"}
+    steps, pixels = published_curve("walker-walk", obs="rgb")
+    _, states = published_curve("walker-walk")
+    assert steps[1] == 50_000 and round(pixels[1]) == 464 and round(pixels[2]) == 836
+    assert pixels[1] < states[1]
+    assert published_curve("cartpole-balance", obs="rgb") is None  # not among their pixel runs
+    rgb = make_config(5, task="walker-walk", obs="rgb")
+    assert "from pixels" in published_note(rgb, published=True)
+    assert "differs" not in published_note(rgb, published=True)
+    small = make_config(5, task="walker-walk", obs="rgb", buffer_size=100_000)
+    assert "replay buffer 100000 (paper 1000000)" in published_note(small, published=True)
+    assert published_note(rgb, published=False) == "no published curve for this task from pixels"
 
 
 def events_of_a_run():

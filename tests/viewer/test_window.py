@@ -115,6 +115,22 @@ def quit_with_ctrl_q(x, window: str, app: subprocess.Popen) -> None:
     assert code == 0, app.stderr.read()
 
 
+def ctrl_p(x, window: str, run: Path):
+    """A check that presses Ctrl+P and returns the frames it saved within 3 s (none: to be
+    pressed again; until the showcase's first frame arrives, Ctrl+P is refused)."""
+
+    def saved() -> list[Path]:
+        x("xdotool", "key", "--window", window, "ctrl+p")
+        deadline = time.monotonic() + 3.0
+        while not (shots := list((run / "media").glob("screenshot-*.png"))):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return shots
+
+    return saved
+
+
 OVERLAY_ROWS = 70  # the viewport's top rows: the overlay's text on a darkened band
 
 
@@ -197,17 +213,7 @@ def test_window_trains_applies_a_slider_screenshots_and_checkpoints_on_close(tmp
         # (Until the showcase's first frame arrives, Ctrl+P is refused: press it again.)
         x("xdotool", "mousemove", "--window", window, "5", "5")
 
-        def screenshot_after_ctrl_p() -> list[Path]:
-            """Ctrl+P, and the frame it saved within 3 s (none: pressed again)."""
-            x("xdotool", "key", "--window", window, "ctrl+p")
-            deadline = time.monotonic() + 3.0
-            while not (shots := list((run / "media").glob("screenshot-*.png"))):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            return shots
-
-        shot = wait_for(screenshot_after_ctrl_p, 120, "a frame saved with Ctrl+P", poll=0)
+        shot = wait_for(ctrl_p(x, window, run), 120, "a frame saved with Ctrl+P", poll=0)
         # The frame saved and the viewport on screen show this run's task, cartpole: not a
         # blank or uniform frame, not another task's scene.
         frame = iio.imread(shot[0])
@@ -345,3 +351,46 @@ def test_window_shows_a_race_of_two_lanes_and_promotes_one(tmp_path):
     finally:
         end_all(app, server)
     assert applied["values"]["iterations"] == 2  # lane 0's values, for the control worker too
+
+
+def test_window_of_a_run_from_pixels_shows_the_agents_frames_beside_the_view(tmp_path):
+    """A run from pixels (issue 55) opens on the agent's view: Ctrl+P's frame has the task at
+    its left and, in its column, the 64x64 frames the agent is given (cartpole from camera 0),
+    not a blank or another view. Only the real window shows what reaches its viewport."""
+    from workers.door import agent_view_boxes
+
+    run, ui_map = tmp_path / "run", tmp_path / "ui.json"
+    server, display = start_xvfb()
+    env = window_env(display, ui_map)
+    x = x_tool(env)
+    one = [*TINY[: TINY.index("--workers")], *TINY[TINY.index("--workers") + 2 :]]
+    app = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), *one, "--workers", "1", "--obs", "rgb"]
+        + ["--run-dir", str(run), "--viewport", "live"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: ui_map.exists() and ui_map.read_text(), 120, "UI")
+        window = wait_for(lambda: x("xdotool", "search", "--name", "TD-MPC2 Live"), 30, "window")
+        window = window.split()[0]
+        x("xdotool", "mousemove", "--window", window, "5", "5")
+
+        frame = iio.imread(wait_for(ctrl_p(x, window, run), 180, "a frame", poll=0)[0])[..., :3]
+        assert frame.shape == (300, 400, 3)
+        seen = task_view("cartpole-balance", 64, 64, rendered=(64, 64))
+        for top, left, side in agent_view_boxes(300, 400):
+            shown = frame[top : top + side, left : left + side]
+            reference = seen[np.arange(side) * 64 // side][:, np.arange(side) * 64 // side]
+            assert unlike(shown, reference) < LIKE, unlike(shown, reference)
+        view = frame[OVERLAY_ROWS:, : agent_view_boxes(300, 400)[0][1] - 4]
+        size = (300, view.shape[1])
+        wide = task_view("cartpole-balance", *size, rendered=size)[OVERLAY_ROWS:]
+        other = task_view("acrobot-swingup", *size, rendered=size)[OVERLAY_ROWS:]
+        assert unlike(other, wide) > LIKE  # the measure
+        assert unlike(view, wide) < LIKE, unlike(view, wide)
+        quit_with_ctrl_q(x, window, app)
+    finally:
+        end_all(app, server)

@@ -16,6 +16,8 @@ from agent.errors import ConfigError
 from workers.merging.files import FileMergeBackend, write_members
 from workers.race.control import check_race
 from workers.race.table import RaceTracker
+from workers.run.checks import check_command
+from workers.run.commands import StartRace
 from workers.run.owner import Run, RunSettings
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import (
@@ -67,6 +69,14 @@ def test_lanes_take_their_sizes_the_rest_share_evenly_and_packs_never_span_lanes
 def test_a_bad_lane_is_one_clear_error(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_lane(text)
+
+
+def test_a_lane_differing_in_obs_is_refused_as_text_and_as_a_command():
+    with pytest.raises(ConfigError, match="lanes cannot differ in obs"):
+        parse_lane("obs=rgb")
+    race = StartRace((Lane(), Lane({"obs": "rgb"})))  # as a window or a link could send it
+    with pytest.raises(ConfigError, match="lane 1: lanes cannot differ in obs"):
+        check_command(RunSettings(workers=2), race)
 
 
 def test_lane_text_reads_knobs_sizes_and_merging_of_either_spelling():

@@ -7,7 +7,8 @@ from conftest import tiny_run as tiny
 
 from agent.config import Config
 from agent.errors import ConfigError, UserError
-from workers.cli.new_run import lanes_from_args, workers_from_args
+from workers.cli.new_run import lanes_from_args, new_run_from_args, workers_from_args
+from workers.cli.presets import PIXEL_BUFFER
 from workers.door import (
     CPU_PLANNING,
     Lane,
@@ -44,6 +45,16 @@ def test_the_dialog_starts_the_run_its_fields_ask_for_training_until_stopped(tmp
     planned = new_run_from_dialog(**{**DIALOG, "cpu_planning": False}, run_dir=None)
     assert planned.cfg.num_samples == Config.num_samples
     assert planned.path.parts[0] == "runs"
+
+
+def test_the_dialogs_pixel_run_learns_from_rgb_with_a_buffer_that_fits(tmp_path):
+    new = new_run_from_dialog(**DIALOG, run_dir=str(tmp_path / "r"), obs="rgb")
+    assert new.cfg.obs == "rgb" and new.cfg.buffer_size == PIXEL_BUFFER
+    assert not new.path.exists()
+    # From the flags a run's --steps bounds its buffer as for states; --buffer-size wins.
+    args = build_parser().parse_args(["--obs", "rgb", "--steps", "5000", "--buffer-size", "3000"])
+    assert new_run_from_args(args).cfg.buffer_size == 3000
+    assert new_run_from_dialog(**DIALOG, run_dir=None).cfg.buffer_size == Config.buffer_size
 
 
 def test_the_dialogs_control_worker_and_lanes_count_as_the_flags_do():

@@ -2,14 +2,12 @@
 finds, the player replaying the episode pinned (a fake clock: no sleeps), panes tiling the
 episodes asked for, and the commands that ask for them, as data through run.do."""
 
-import multiprocessing as mp
 import threading
-from dataclasses import asdict
 
 import numpy as np
 import pytest
 from conftest import tiny_run
-from helpers.clock import FakeClock
+from helpers import players
 
 from agent.envs import make_env
 from agent.errors import ConfigError, UserError
@@ -27,7 +25,7 @@ from workers.showcase.episodes import (
     spread_entries,
 )
 from workers.showcase.frames import FrameBuffer, PaneInfo, pane_infos
-from workers.showcase.player import Player, PlayerSpec, ShowcaseControls, light_rendering
+from workers.showcase.player import Player, light_rendering
 
 H, W = 48, 64
 
@@ -99,25 +97,7 @@ def test_pane_info_travels_through_the_frame_header():
 
 
 def make_player(tmp_path, pin=(-1, 0, 0), panes=0, stop=None):
-    cfg = tiny_run(10, episode_length=40)
-    buffer = FrameBuffer(H, W)
-    spec = PlayerSpec(str(tmp_path), asdict(cfg), buffer.name, H, W, max_fps=10)
-    controls = ShowcaseControls(
-        mp.Value("i", 0),
-        mp.Value("i", 0),
-        mp.Event(),
-        None,
-        mp.Value("i", 0),
-        pin=mp.Array("q", list(pin)),
-        panes=mp.Value("i", panes),
-    )
-    stop = stop or threading.Event()
-    player = Player(spec, threading.Event(), stop, controls, threading.Event())
-    player.frames.close()
-    buffer.close(unlink=True)
-    clock = FakeClock()
-    player.clock, player.sleep = clock, clock.sleep
-    return player
+    return players.make_player(tmp_path, tiny_run(10, episode_length=40), (H, W), pin, panes, stop)
 
 
 def close(player: Player) -> None:

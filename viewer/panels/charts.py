@@ -127,7 +127,10 @@ class ChartsPanel:
         racing = view.race is not None
         if dpg.is_item_shown("by_lane") != racing:
             dpg.configure_item("by_lane", show=racing)
-        extra = {"published TD-MPC2 (5M, 3 seeds)": view.published} if view.published else {}
+        label = (
+            "published TD-MPC2" + (" from pixels" if view.obs == "rgb" else "") + " (5M, 3 seeds)"
+        )
+        extra = {label: view.published} if view.published else {}
         dpg.set_value("published_note", view.published_note)
         self.plots["returns"].update(
             view.returns,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import dearpygui.dearpygui as dpg
 
+from agent.config import OBS_KINDS
 from agent.errors import UserError
 from agent.knobs import knobs
 from viewer.controller import Controller
@@ -125,6 +126,16 @@ class DialogsPanel:
                 label="or gymnasium id", tag="new_gym_task", hint="Hopper-v5, my_pkg.envs:Arm-v0"
             )
             dpg.add_combo([str(s) for s in model_sizes()], label="model size (M)", tag="new_size")
+            dpg.add_combo(
+                list(OBS_KINDS), label="observations", tag="new_obs", default_value="state"
+            )
+            with dpg.tooltip("new_obs"):
+                dpg.add_text(
+                    "state: the task's state vector. rgb: what a 64x64 camera sees, the last 3\n"
+                    "frames (DMControl tasks; the agent's view pane shows them). From pixels a\n"
+                    "step costs more (convolutions, rendering) and each worker keeps 100,000\n"
+                    "steps of frames (1.2 GB)."
+                )
             dpg.add_input_int(
                 label="workers",
                 tag="new_workers",
@@ -216,6 +227,7 @@ class DialogsPanel:
                 cpu_planning=bool(dpg.get_value("new_cpu_planning")),
                 lanes=dpg.get_value("new_lanes"),
                 replicas=int(dpg.get_value("new_replicas")),
+                obs=dpg.get_value("new_obs") or "state",
             ).create
         except Exception as err:  # bad input: shown in the dialog, nothing started
             dpg.set_value("new_error", str(err))

@@ -18,7 +18,7 @@ import numpy as np
 from viewer import theme
 from viewer.controller import Controller
 from viewer.recorder import ClipRecorder, media_dir, media_path, save_screenshot
-from viewer.timeline import pane_label, pane_roles
+from viewer.timeline import agent_labels, pane_label, pane_roles
 from viewer.view import View
 from workers.door import (
     ChooseShowcase,
@@ -158,6 +158,10 @@ class ShowcasePanel:
             "overlay_bg", pmax=(width, 66 if flags else 48), show=bool(line1 or flags)
         )
         self._update_pane_labels(pane_infos(info))
+        labels = agent_labels((FRAME_H, FRAME_W), self.image_size[0] / FRAME_W)
+        for p, (text, at, box) in enumerate(labels if info.get("agent_view") else []):
+            dpg.configure_item(f"pane_text{p}", text=text, pos=at, show=True)
+            dpg.configure_item(f"pane_bg{p}", pmin=box[0], pmax=box[1], show=True)
 
     def _update_pane_labels(self, panes: list[PaneInfo]) -> None:
         """Each pane's label at its top left (the frame's own overlay says what plays)."""

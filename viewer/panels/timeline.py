@@ -22,7 +22,13 @@ PANE_LABELS = {
     "then-now-2": "then & now (2)",
     "then-now-4": "then & now (4)",
     "lanes": "lanes",
+    "agent-view": "the agent's view",
 }
+
+
+def pane_choices(obs: str) -> list[str]:
+    """The panes combo's items: the agent's view only for a run from pixels."""
+    return [label for k, label in PANE_LABELS.items() if obs == "rgb" or k != "agent-view"]
 
 
 class TimelinePanel:
@@ -33,6 +39,7 @@ class TimelinePanel:
         self.pin: tuple[int, str, int] | None = None
         self.asked: PinEpisode | None = None  # the last pin sent, so a drag sends each once
         self._placed: tuple | None = None  # what the slider was last placed for
+        self._obs = "state"  # the shown run's observations: whose pane choices are listed
 
     def build(self) -> None:
         with dpg.group(horizontal=True):
@@ -51,7 +58,7 @@ class TimelinePanel:
                 )
             dpg.add_button(label="Newest", tag="timeline_newest", callback=self._on_newest)
             dpg.add_combo(
-                list(PANE_LABELS.values()),
+                pane_choices("state"),
                 default_value=PANE_LABELS["single"],
                 tag="panes",
                 width=-1,
@@ -60,12 +67,17 @@ class TimelinePanel:
             with dpg.tooltip("panes"):
                 dpg.add_text(
                     "then & now: the first and newest album episodes side by side (4: and the\n"
-                    "thirds between); lanes: each race lane's newest episode. Replays at 1x."
+                    "thirds between); lanes: each race lane's newest episode. Replays at 1x.\n"
+                    "the agent's view (a run from pixels): the 3 frames its encoder takes,\n"
+                    "beside the episode shown."
                 )
         dpg.add_text("", tag="timeline_label", color=theme.MUTED)
 
     def apply(self, view: View) -> None:
         self.points, self.pin = view.album, view.pin
+        if view.obs != self._obs:
+            self._obs = view.obs
+            dpg.configure_item("panes", items=pane_choices(view.obs))
         label = PANE_LABELS.get(view.panes)
         if label is not None and dpg.get_value("panes") != label:
             dpg.set_value("panes", label)

@@ -16,7 +16,8 @@ EPILOG = """examples:
   python3 launch.py montage runs/cartpole-balance-20260101-120000
   python3 launch.py montage runs/X --episodes 12 --out ~/learning.mp4
   python3 launch.py montage runs/X --lane 1     # a race: only lane 1 (default: lanes side by side)
-  python3 launch.py montage runs/X --eval       # evaluation episodes instead of training ones"""
+  python3 launch.py montage runs/X --eval       # evaluation episodes instead of training ones
+  python3 launch.py montage runs/X --no-agent-view   # a run from pixels without its frames"""
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -67,6 +68,12 @@ def build_montage_parser() -> CliParser:
         "--eval", action="store_true", help="evaluation episodes instead of training ones"
     )
     parser.add_argument(
+        "--agent-view",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the agent's frames beside each episode (default: for a run from pixels, --obs rgb)",
+    )
+    parser.add_argument(
         "--task",
         default=None,
         metavar="MODULE:ID",
@@ -108,7 +115,7 @@ def make_montage(args: argparse.Namespace) -> Path:
         bars[0].update(done - bars[0].n)
 
     try:
-        return render_montage(plan, out, args.size, progress=progress)
+        return render_montage(plan, out, args.size, progress=progress, agent_view=args.agent_view)
     finally:
         for bar in bars:
             bar.close()

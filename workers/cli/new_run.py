@@ -228,12 +228,14 @@ def new_run_from_dialog(
     cpu_planning: bool,
     lanes: str = "",
     replicas: int = 1,
+    obs: str = "state",
 ) -> NewRun:
     """The run the window's new-run dialog asks for: the run its fields would start as flags
     (--task, --model-size, --merge-every, --control-worker, --device, --run-dir, a --lane per
-    ';' in `lanes`, --replicas; every other flag at its default), training until stopped,
-    with reduced planning when `cpu_planning`. `workers` is the run's count unless every lane
-    gives its size (then their sum times the replicas, as with --workers left out)."""
+    ';' in `lanes`, --replicas, --obs; every other flag at its default), training until
+    stopped, with reduced planning when `cpu_planning`. `workers` is the run's count unless
+    every lane gives its size (then their sum times the replicas, as with --workers left
+    out)."""
     args = build_parser().parse_args([])
     vars(args).update(
         task=task,
@@ -244,6 +246,7 @@ def new_run_from_dialog(
         run_dir=run_dir,
         lane=lanes.split(";") if lanes.strip() else None,
         replicas=None if replicas == 1 else replicas,  # 1: as when the flag is left out
+        obs=obs,
     )
     name_task(task)  # typed in the dialog: a person named it
     try:

@@ -158,7 +158,7 @@ def race_top(cfg: Config) -> tuple[float | None, str]:
     """The top of a race's scale from the task's published final return, when the run's
     episodes span the published ones' control steps (else None: the best lane's level), and
     why it is not used when the task has one."""
-    curve = published_curve(cfg.task)
+    curve = published_curve(cfg.task, cfg.obs)
     if curve is None:
         return None, ""
     final = float(curve[1][-1])

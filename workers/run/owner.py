@@ -24,8 +24,9 @@ from functools import partial
 from pathlib import Path
 
 from agent.config import Config
-from agent.envs import check_record_task, check_task, name_task
+from agent.envs import check_record_task, check_task, name_task, obs_action_dims
 from agent.errors import UserError
+from workers.host.memory import available_bytes, check_buffers_fit, local_workers
 from workers.merging.files import write_members
 from workers.race.control import check_race
 from workers.run.attached import AttachedRun
@@ -135,7 +136,9 @@ class Run(BaseRun):
         with the run's knob values changed by its own, with its size (or a share of the
         workers no lane sized) and merging or not, each `settings.replicas` times."""
         name_task(cfg.task)  # this process makes the run: its task is named here
-        check_task(cfg.task, cfg.env_options)
+        check_task(cfg.task, cfg.env_options, cfg.obs)
+        here = local_workers(settings.workers, settings.pack, settings.ranks)
+        check_buffers_fit(cfg, here, *obs_action_dims(cfg), available_bytes(cfg.device))
         if settings.wandb:
             require_wandb()
         if cfg.iterations == 0:

@@ -13,10 +13,12 @@ from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import env_of
 from agent.errors import WeightsError
+from agent.world_model import weights_obs
 from workers.rundir.directory import load_state, save_state
 from workers.rundir.paths import start_path
 
 State = dict[str, torch.Tensor]
+OBS_WORDS = {"state": "states", "rgb": "pixels"}
 
 
 def read_start_weights(path: str | Path, cfg: Config) -> State:
@@ -25,6 +27,15 @@ def read_start_weights(path: str | Path, cfg: Config) -> State:
     state = load_state(path)
     if isinstance(state.get("agent"), dict):  # a checkpoint: the trainer's state
         state = state["agent"]
+    model = state.get("model")
+    if not isinstance(model, dict):
+        raise WeightsError(f"{path} holds no networks: not weights of TD-MPC2 Live")
+    learned = weights_obs(model)
+    if learned != cfg.obs:
+        raise WeightsError(
+            f"{path}: these weights learned from {OBS_WORDS[learned]}, and this run learns from "
+            f"{OBS_WORDS[cfg.obs]} (--obs {cfg.obs}): load weights of a run with --obs {cfg.obs}"
+        )
     env = env_of(cfg, 0)
     dims = (env.observation_space.shape[0], env.action_space.shape[0])
     env.close()
@@ -33,9 +44,6 @@ def read_start_weights(path: str | Path, cfg: Config) -> State:
             f"{path}: weights are for obs/action dims {(state['obs_dim'], state.get('action_dim'))}"
             f", {cfg.task} has {dims}"
         )
-    model = state.get("model")
-    if not isinstance(model, dict):
-        raise WeightsError(f"{path} holds no networks: not weights of TD-MPC2 Live")
     agent = TDMPC2(dataclasses.replace(cfg, device="cpu", compile=False), *dims)
     try:
         return agent.checked_model_state(model)

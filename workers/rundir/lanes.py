@@ -25,6 +25,10 @@ class Lane:
 
 
 CONTROL = Lane(size=1, merges=False)  # --control-worker: one worker that never merges
+OBS_LANE = (
+    "lanes cannot differ in obs: a race compares settings on the same observations (its lanes "
+    "start from, and promote, each other's weights); give --obs for the whole run"
+)
 
 
 def parse_lane(text: str) -> Lane:
@@ -54,6 +58,8 @@ def parse_lane(text: str) -> Lane:
                 raise ConfigError(f"workers must be a whole number of at least 1, got {value!r}")
             size = int(value)
             continue
+        if key == "obs":
+            raise ConfigError(OBS_LANE, key)
         if key not in table:
             raise ConfigError(
                 f"{printable(key, 60)!r} is not a live knob, workers=N or merge=off (knobs: "
@@ -83,6 +89,8 @@ def check_lane(lane: Lane) -> None:
         raise ConfigError(f"merge must be on or off, got {lane.merges!r}", "lanes")
     table = knobs()
     for key, value in lane.changes.items():
+        if key == "obs":  # a lane sent as data: the command line's own refusal
+            raise ConfigError(OBS_LANE, "obs")
         if not isinstance(key, str) or key not in table:
             raise ConfigError(
                 f"{printable(key, 60)!r} is not a live knob (knobs: {', '.join(table)})", "lanes"

@@ -173,9 +173,15 @@ class Showcase:
     def show_panes(self, layout: str) -> None:
         """Split the viewport: "single" (one view), "then-now-2" / "then-now-4" (the shown
         source's first and newest album episodes, and the thirds between), "lanes" (each race
-        lane's newest episode). Refused (UserError) with a reason, changing nothing."""
+        lane's newest episode), "agent-view" (a pixel agent's frames beside the one view).
+        Refused (UserError) with a reason, changing nothing."""
         if layout not in LAYOUTS:
             raise ConfigError(f"panes must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        if layout == "agent-view" and self.cfg.obs != "rgb":
+            raise UserError(
+                "the agent's view shows the frames a run from pixels learns from (--obs rgb); "
+                "this run's agent sees the task's state"
+            )
         if layout == "lanes" and self._sources()[1] < 2:
             raise UserError("panes by lane need a race of 2 lanes or more: start a race first")
         self._controls.panes.value = LAYOUTS.index(layout)

@@ -19,8 +19,9 @@ from workers.rundir.replays import EpisodeReplay
 from workers.showcase.replay import newest_episode, source_workers
 from workers.showcase.shown_weights import lane_source
 
-# The viewport's pane layouts: "single" is today's one view (live or replay).
-LAYOUTS = ("single", "then-now-2", "then-now-4", "lanes")
+# The viewport's pane layouts: "single" is today's one view (live or replay); "agent-view" is
+# that view with a pixel agent's frames beside it (agent_view.py).
+LAYOUTS = ("single", "then-now-2", "then-now-4", "lanes", "agent-view")
 MAX_PANES = 4
 
 

@@ -35,6 +35,7 @@ INFO = (
     "pinned",  # 1: the replay is an album episode the window pinned (it loops)
     "panes",  # 0 or 1: one view; 2-4: panes tiled in the frame (episodes.py's pane_boxes)
     *(f"pane{p}_{name}" for p in range(MAX_PANES) for name in PANE_FIELDS),
+    "agent_view",  # 1: the agent's frames in a column beside the view (agent_view.py)
 )
 SCALED = ("return", "pace", "replay_return", *(f"pane{p}_return" for p in range(MAX_PANES)))
 _INFO_AT = 3  # first info slot
@@ -95,8 +96,10 @@ class FrameBuffer:
         replay_length: int = 0,
         pinned: bool = False,
         panes: Sequence[PaneInfo] = (),
+        agent_view: bool = False,
     ) -> None:
-        """`panes`: what each pane shows when the frame is tiled (at most MAX_PANES)."""
+        """`panes`: what each pane shows when the frame is tiled (at most MAX_PANES);
+        `agent_view`: the agent's frames are beside the view."""
         self.header[0] += 1  # odd: writing
         self.pixels[:] = frame
         info = (
@@ -118,7 +121,7 @@ class FrameBuffer:
         )
         flat = [v for pane in panes[:MAX_PANES] for v in pane.values()]
         flat += [0] * (MAX_PANES * len(PANE_FIELDS) - len(flat))
-        info += tuple(flat)
+        info += (*flat, int(agent_view))
         self.header[_INFO_AT : _INFO_AT + len(INFO)] = info
         self.header[0] += 1  # even: complete
 

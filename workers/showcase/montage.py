@@ -1,6 +1,7 @@
 """A learning montage rendered to an MP4: the planned album episodes (montage_plan.py) replayed
 from their poses at 1x, one after another in step order, each with its step, its return and
-the learning curve drawn on it (montage_draw.py), a race's lanes side by side.
+the learning curve drawn on it (montage_draw.py), a race's lanes side by side; a run from
+pixels with the agent's frames beside each (agent_view.py).
 
 The file appears whole or not at all: frames go to a temporary file in the same folder, which
 replaces the target only once it is complete, and is removed on any error or interruption. What
@@ -13,13 +14,18 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import imageio.v2 as imageio
+import numpy as np
+from PIL import Image
 
 from agent.envs import env_of
 from agent.errors import UserError
 from workers.rundir.replays import EpisodeReplay
+from workers.showcase.agent_view import PoseFrames, pose_frame, view_width
+from workers.showcase.agent_view import compose as beside
 from workers.showcase.montage_draw import chart_scale, compose, grid, tile_overlay
 from workers.showcase.montage_plan import KIND_WORDS, MontagePlan
 from workers.showcase.player import light_rendering
@@ -76,14 +82,23 @@ def render_montage(
     fps: float = FPS,
     progress: Callable[[int, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
+    agent_view: bool | None = None,
 ) -> Path:
     """Write the montage to `out` (.mp4); each tile is `size` (height, width). `progress` gets
     (frames done, frames in all) after each frame; `stop` returning True ends it as Ctrl+C
-    does (KeyboardInterrupt), leaving no file behind."""
+    does (KeyboardInterrupt), leaving no file behind. `agent_view`: the agent's frames beside
+    each tile (None: when the run learns from pixels; refused for a run from states)."""
     out = Path(out)
+    pixels = plan.cfg.obs == "rgb"
+    if agent_view and not pixels:
+        raise UserError(
+            "--agent-view shows the frames a run from pixels learns from: this run's agent "
+            "sees states"
+        )
     temp = _open_target(out)
     try:
-        _render(plan, temp, size or default_size(plan), fps, progress, stop)
+        view = pixels if agent_view is None else agent_view
+        _render(plan, temp, size or default_size(plan), fps, progress, stop, view)
         os.replace(temp, out)
     except (OSError, VideoError) as err:  # the disk filled, ffmpeg failed: said in one line
         temp.unlink(missing_ok=True)
@@ -95,7 +110,7 @@ def render_montage(
     return out
 
 
-def _render(plan: MontagePlan, path: Path, size, fps, progress, stop) -> None:
+def _render(plan: MontagePlan, path: Path, size, fps, progress, stop, agent_view) -> None:
     height, width = size
     env = env_of(plan.cfg, plan.cfg.seed, render_size=(height, width))
     light_rendering(env)
@@ -108,7 +123,7 @@ def _render(plan: MontagePlan, path: Path, size, fps, progress, stop) -> None:
                 )
         writer = _Video(path, fps)
         try:
-            _write_frames(plan, env, writer, size, fps, progress, stop)
+            _write_frames(plan, env, writer, size, fps, progress, stop, agent_view)
             writer.close()  # ffmpeg finishes the file; its error, if any, is the montage's
         finally:
             # On an error too (imageio's `with` leaves it open): ffmpeg must have ended before
@@ -153,8 +168,9 @@ class _Video:
             self._writer.close()
 
 
-def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop) -> None:
-    """Each episode's frames at 1x: every tile's pose of the moment, under its overlay."""
+def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop, agent_view) -> None:
+    """Each episode's frames at 1x: every tile's pose of the moment (and the agent's frames
+    of it), under its overlay."""
     layout, total, done = grid(len(plan.tiles)), total_frames(plan, fps), 0
     # One scale for every tile's chart: the episodes' own returns count too (a curve can miss
     # them: records and album are written apart).
@@ -162,21 +178,52 @@ def _write_frames(plan: MontagePlan, env, writer, size, fps, progress, stop) -> 
     scale = chart_scale([t.curve for t in plan.tiles] + [marks])
     for n in range(plan.episodes):
         replays = [t.episodes[n] for t in plan.tiles]
+        # The text and chart over the view only, the agent's column left clear.
+        shown = (size[0], view_width(*size)) if agent_view else size
         layers = [
-            tile_overlay(size, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret), scale)
+            _widened(
+                tile_overlay(shown, _lines(plan, t.label, r, n), t.curve, (r.step, r.ret), scale),
+                size,
+            )
             for t, r in zip(plan.tiles, replays)
+        ]
+        seen = [
+            PoseFrames(r.states, partial(pose_frame, env)) if agent_view else None for r in replays
         ]
         for frame in range(segment_frames(replays, fps)):
             if stop is not None and stop():
                 raise KeyboardInterrupt
             shots = []
-            for replay in replays:
-                env.show_state(replay.states[pose_index(frame, replay, fps)])
-                shots.append(env.render(camera_id=0))
+            for replay, poses in zip(replays, seen):
+                index = pose_index(frame, replay, fps)
+                frames = None if poses is None else poses.at(index)  # moves the env
+                env.show_state(replay.states[index])
+                shots.append(_shot(env, size, frames))
             writer.append_data(compose(shots, layers, layout))
             done += 1
             if progress is not None:
                 progress(done, total)
+
+
+def _widened(layer: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """A see-through layer of `size` (height, width) with `layer` at its left."""
+    if layer.size == (size[1], size[0]):
+        return layer
+    whole = Image.new("RGBA", (size[1], size[0]), (0, 0, 0, 0))
+    whole.paste(layer, (0, 0))
+    return whole
+
+
+def _shot(env, size: tuple[int, int], frames: np.ndarray | None) -> np.ndarray:
+    """The env's view of its pose (size (height, width)), with `frames` beside it if any."""
+    if frames is None:
+        return env.render(camera_id=0)
+    height, width = size
+    env.render_size = (height, view_width(height, width))
+    try:
+        return beside(env.render(camera_id=0), frames, height, width)
+    finally:
+        env.render_size = size
 
 
 def _lines(plan: MontagePlan, label: str, replay: EpisodeReplay, n: int) -> list[str]:

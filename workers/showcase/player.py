@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +27,21 @@ import torch
 from agent.agent import TDMPC2
 from agent.config import Config
 from agent.envs import Env, env_of
+from agent.pixels import frames_of
 from workers.host.signals import child_signals
 from workers.host.threads import SHOWCASE_THREADS, apply_threads
 from workers.rundir.directory import RunDir
 from workers.rundir.paths import PLAYER_LOG
 from workers.rundir.records import ShowcaseEpisode
 from workers.rundir.replays import KINDS, EpisodeReplay
+from workers.showcase.agent_view import PoseFrames, compose, pose_frame, view_width
 from workers.showcase.episodes import LAYOUTS, find_entry, pane_boxes, pane_episodes
 from workers.showcase.frames import FrameBuffer, PaneInfo
 from workers.showcase.pacing import CpuBudget, Pace
 from workers.showcase.replay import HOLD_S, MODES, Playhead, newest_episode, use_replay
 from workers.showcase.shown_weights import ShownWeights
 
+ONE_VIEW = ("single", "agent-view")  # layouts of one episode (the agent's frames beside it)
 SLOW_CHECK_STEPS = 5  # in slow motion, look for newer weights every this many steps
 SLOW_SWITCH_S = 20.0  # ... once an episode has played this long (short ones still finish)
 LIVE_PROBE_S = 3.0  # auto mode judges live play's speed after this long
@@ -85,8 +89,10 @@ def task_cameras(cfg: Config) -> list[str]:
 
 def light_rendering(env: Env) -> None:
     """Render a 400x300 view for a fraction of the default cost: no multisampling and a
-    smaller shadow map (on software GL 11 ms a frame instead of 28, the look nearly the same)."""
-    if env.mujoco_model is None:
+    smaller shadow map (on software GL 11 ms a frame instead of 28, the look nearly the same).
+    Not for an env whose observations are frames: the agent must see what it trained on, and
+    GL takes these settings once per context, for every size it renders."""
+    if env.mujoco_model is None or getattr(env, "obs", "state") == "rgb":
         return
     quality = env.mujoco_model.vis.quality
     quality.offsamples = 0
@@ -164,7 +170,7 @@ class Player:
             while self.running():
                 # A reset asked for while the last episode was ending is served by this one.
                 self.controls.reset.clear()
-                if self.layout() != "single" and self.env.renders:
+                if self.layout() not in ONE_VIEW and self.env.renders:
                     self.play_panes(self.layout())
                     continue
                 pin = self.pin()
@@ -213,6 +219,19 @@ class Player:
             self.budget.restart()
         return (self.blank if frame is None else frame), camera, frame is not None
 
+    def render_shown(self, frames: np.ndarray | None) -> tuple[np.ndarray, int, bool]:
+        """render(), with the agent's `frames` (its observation's, agent/pixels.py) in a
+        column beside the view when the layout is the agent's view."""
+        if frames is None or self.layout() != "agent-view" or not self.env.renders:
+            return self.render()
+        h, w = self.spec.height, self.spec.width
+        view, camera, renders = self.render((h, view_width(h, w)))
+        return compose(view, frames, h, w), camera, renders
+
+    def agent_view(self) -> bool:
+        """Whether the agent's frames are wanted now (a pixel run, its layout chosen)."""
+        return self.cfg.obs == "rgb" and self.layout() == "agent-view"
+
     def keep_budget(self) -> None:
         paused = self.controls.training_paused
         if paused is not None and paused.is_set():
@@ -252,7 +271,8 @@ class Player:
             speed = self.pace.step(now)
             if self.frame_due(now):
                 self.last_render = now
-                frame, camera, renders = self.render()
+                seen = frames_of(obs) if self.agent_view() else None
+                frame, camera, renders = self.render_shown(seen)
                 self.frames.write(
                     frame,
                     self.episode,
@@ -264,6 +284,7 @@ class Player:
                     weights_step=shown.step,
                     pace=speed,
                     renders=renders,
+                    agent_view=seen is not None,
                 )
             self.keep_budget()
             if self.spec.realtime:
@@ -291,6 +312,7 @@ class Player:
         pin, layout = self.pin(), self.layout()
         head = Playhead(replay, self.clock)
         shown_index = -1
+        seen = PoseFrames(replay.states, partial(pose_frame, self.env))
         while self.running() and not head.finished():
             if controls.reset.is_set() or controls.source.value != source or self.mode() != mode:
                 break
@@ -300,8 +322,9 @@ class Player:
             index = head.index()
             if index != shown_index and self.frame_due(now):
                 self.last_render, shown_index = now, index
+                frames = seen.at(index) if self.agent_view() else None  # moves the env
                 self.env.show_state(replay.states[index])
-                frame, camera, renders = self.render()
+                frame, camera, renders = self.render_shown(frames)
                 self.frames.write(
                     frame,
                     replay.episode,
@@ -318,6 +341,7 @@ class Player:
                     replay_return=replay.ret,
                     replay_length=replay.length,
                     pinned=pinned,
+                    agent_view=frames is not None,
                 )
             self.keep_budget()
             # Look again at the next pose's time, or soon for a frame the reader wants.

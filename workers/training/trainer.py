@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from agent.agent import TDMPC2
-from agent.buffer import EpisodeBuffer
+from agent.buffer import EpisodeBuffer, buffer_rows, frame_storage
 from agent.config import Config, knobs_of, to_dict
 from agent.envs import make_vector_env, start_step
 from workers.rundir.directory import RunDir, save_state
@@ -96,24 +96,24 @@ class Trainer:
             cfg.episode_length,
             seeds=self.env_seeds,
             env_kwargs=cfg.env_options,
+            obs=cfg.obs,
         )
         obs_dim = self.env.single_observation_space.shape[0]
         self.step_seconds = float(self.env.get_attr("control_timestep")[0])  # for replays
         action_dim = self.env.single_action_space.shape[0]
         self.agent = TDMPC2(cfg, obs_dim, action_dim, seeds=seeds)
-        # Room for the training steps plus each episode's first row (no transition into it).
-        rows = min(cfg.buffer_size, cfg.steps) + cfg.steps // cfg.episode_length + n
         self.members = [
             Member(
                 seed,
                 EpisodeBuffer(
-                    max(rows, cfg.episode_length + 1),
+                    buffer_rows(cfg),
                     obs_dim,
                     action_dim,
                     cfg.horizon,
                     cfg.batch_size,
                     self.agent.device,
                     seed=seed,
+                    **frame_storage(cfg),
                 ),
                 run_dirs[k],
                 np.random.default_rng(seed),
