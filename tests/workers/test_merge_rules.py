@@ -146,11 +146,14 @@ def test_a_rule_changed_mid_run_takes_effect_at_the_next_merge_in_every_worker_o
     assert (applied.lane, applied.values["merge_pull"]) == (0, 0.5)
 
 
-def sgd_anchor(means: list[dict], lr: float, momentum: float) -> dict:
-    """The anchor of SGD with Nesterov momentum on the change of each mean after the first."""
+def sgd_anchor(means: list[dict], lr: float, momentum: float, rules=None) -> dict:
+    """The anchor of SGD with Nesterov momentum on the change of each mean after the first;
+    `rules`: each step's own (lr, momentum), where the rule changed between rounds."""
     anchor = {k: torch.nn.Parameter(v.clone()) for k, v in means[0].items()}
     sgd = torch.optim.SGD(anchor.values(), lr=lr, momentum=momentum, nesterov=True)
-    for mean in means[1:]:
+    for i, mean in enumerate(means[1:]):
+        if rules:
+            sgd.param_groups[0].update(lr=rules[i][0], momentum=rules[i][1])
         for k, param in anchor.items():
             param.grad = param.detach() - mean[k]
         sgd.step()
@@ -174,6 +177,24 @@ def test_the_outer_state_is_the_pools_a_new_process_goes_on_from_it(tmp_path):
     # A restarted process (or a resumed run) goes on from the file in round 4.
     fourth = outer_round(tmp_path, 2, [((0, 1), means[3])], 4).weights
     assert close(fourth, sgd_anchor(means, 0.5, 0.8))
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [[(0.5, 0.8), (0.9, 0.8), (0.9, 0.8)], [(0.5, 0.8), (0.5, 0.3), (0.5, 0.3)]],
+    ids=["outer_lr changed", "outer_momentum changed"],
+)
+def test_a_rule_change_steps_from_the_anchor_the_workers_took(tmp_path, rules):
+    """Rounds 2-4 stepped, each with its own rule: a change of outer_lr or outer_momentum in
+    round 3 steps from round 2's anchor as the workers took it (round 2 is made again with
+    its own rule, kept in the pool's file, not round 3's), and round 4 goes on from round 3's."""
+    torch.manual_seed(12)
+    means = [{"w": torch.randn(4)} for _ in range(4)]
+    for r, mean in enumerate(means, 1):
+        lr, mu = rules[max(r - 2, 0)]
+        took = outer_round(tmp_path, 0, [((0,), mean)], r, lr=lr, momentum=mu).weights
+        if r > 1:
+            assert close(took, sgd_anchor(means[:r], 0.5, 0.8, rules[: r - 1]))
 
 
 def test_a_late_workers_update_is_in_the_anchor_the_round_steps_from_the_full_mean(tmp_path):
