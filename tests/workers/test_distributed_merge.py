@@ -27,9 +27,10 @@ def state_of(rank: int) -> dict[str, torch.Tensor]:
     }
 
 
-def rank_main(rank: int, port: int, broken: int, pack: bool, results) -> None:
+def rank_main(rank: int, port: int, broken: int, pack: bool, results, wants=False) -> None:
     """One rank: with `pack`, rank 0 holds workers 0 and 1 as a pack (their mean, two
-    members), the others one worker each; rank `broken`'s weights are not finite."""
+    members), the others one worker each; rank `broken`'s weights are not finite (with
+    `wants` it asks for a participant's own weights, as its workers keep their policies)."""
     import os
 
     # What torchrun sets for each rank.
@@ -46,7 +47,15 @@ def rank_main(rank: int, port: int, broken: int, pack: bool, results) -> None:
             state, members = state_of(rank), (rank + pack,)
         if rank == broken:
             state = {**state, "layer.weight": state["layer.weight"] * float("inf")}
-        result = backend.merge(7, state, members, step=100 * rank)
+        own = {0: state_of(0), 1: state_of(10)} if rank == 0 and pack else {}
+        result = backend.merge(
+            7,
+            state,
+            members,
+            step=100 * rank,
+            own=lambda index: own.get(index, state_of(rank)),
+            wants=wants and rank == broken,
+        )
         # By value: a queued tensor is otherwise shared through this process, which may be
         # gone when the test reads it.
         results.put((rank, pickle.dumps(result)))
@@ -54,11 +63,12 @@ def rank_main(rank: int, port: int, broken: int, pack: bool, results) -> None:
         dist.destroy_process_group()
 
 
-def run_ranks(broken: int, pack: bool = True) -> dict:
+def run_ranks(broken: int, pack: bool = True, wants: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     results, port = ctx.Queue(), free_port()
     procs = [
-        ctx.Process(target=rank_main, args=(r, port, broken, pack, results)) for r in range(RANKS)
+        ctx.Process(target=rank_main, args=(r, port, broken, pack, results, wants))
+        for r in range(RANKS)
     ]
     for p in procs:
         p.start()
@@ -112,6 +122,19 @@ def test_a_rank_with_weights_that_are_not_finite_is_left_out_and_takes_the_mean(
         assert result.participants == [0, 1, 3] and result.left_out == {2: NOT_FINITE}
         torch.testing.assert_close(result.merged["layer.weight"], expected["layer.weight"])
     assert torch.isfinite(found[1].merged["layer.weight"]).all()  # reset from the mean
+    assert all(result.source is None for result in found.values())  # nobody asked for one
+
+
+def test_a_rank_that_keeps_its_policies_with_none_finite_gets_a_workers_own_weights():
+    """Rank 1's one worker is not finite and its workers keep their policies: every rank gets
+    the job's lowest participating worker's own weights (worker 0, in rank 0's pack, not the
+    pack's mean), sent by rank 0 in one more collective that every rank joins."""
+    found = run_ranks(broken=1, wants=True)
+    for result in found.values():
+        assert result.participants == [0, 1, 3] and result.left_out == {2: NOT_FINITE}
+        for key in ("layer.weight", "layer.bias"):
+            torch.testing.assert_close(result.source[key], state_of(0)[key])
+        assert result.source["layer.bias"].dtype == torch.float64
 
 
 # A rank's life in a fresh interpreter (nothing of torch.distributed imported yet): it joins

@@ -9,12 +9,21 @@ import json
 
 import pytest
 import torch
+import torch.distributed as dist
 from conftest import tiny_config
-from helpers.process_fakes import FakeTrainer, hooks_process, make_run, records, run_steps
+from helpers.process_fakes import (
+    FakeTrainer,
+    hooks_process,
+    make_run,
+    records,
+    run_steps,
+    worker_spec,
+)
 
 from agent.errors import ConfigError
 from agent.knobs import knobs
 from agent.pack.merge_rule import MergeRule, collective_refusal, taken
+from workers.merging.files import MergeResult
 from workers.merging.outer import Part, PoolOuterStep
 from workers.remote.connected import wanted
 from workers.rundir.directory import DirLock, load_state, save_state
@@ -22,6 +31,7 @@ from workers.rundir.knob_record import KnobStore, validate_knobs
 from workers.rundir.lanes import Lane
 from workers.rundir.records import KnobsApplied, Merge
 from workers.rundir.settings import RunSettings
+from workers.training.merge_rounds import MergeRounds
 
 CFG = tiny_config(mlp_dim=32, enc_dim=16, latent_dim=16, num_samples=16, num_elites=4)
 
@@ -146,11 +156,14 @@ def test_a_rule_changed_mid_run_takes_effect_at_the_next_merge_in_every_worker_o
     assert (applied.lane, applied.values["merge_pull"]) == (0, 0.5)
 
 
-def sgd_anchor(means: list[dict], lr: float, momentum: float) -> dict:
-    """The anchor of SGD with Nesterov momentum on the change of each mean after the first."""
+def sgd_anchor(means: list[dict], lr: float, momentum: float, rules=None) -> dict:
+    """The anchor of SGD with Nesterov momentum on the change of each mean after the first;
+    `rules`: each step's own (lr, momentum), where the rule changed between rounds."""
     anchor = {k: torch.nn.Parameter(v.clone()) for k, v in means[0].items()}
     sgd = torch.optim.SGD(anchor.values(), lr=lr, momentum=momentum, nesterov=True)
-    for mean in means[1:]:
+    for i, mean in enumerate(means[1:]):
+        if rules:
+            sgd.param_groups[0].update(lr=rules[i][0], momentum=rules[i][1])
         for k, param in anchor.items():
             param.grad = param.detach() - mean[k]
         sgd.step()
@@ -174,6 +187,24 @@ def test_the_outer_state_is_the_pools_a_new_process_goes_on_from_it(tmp_path):
     # A restarted process (or a resumed run) goes on from the file in round 4.
     fourth = outer_round(tmp_path, 2, [((0, 1), means[3])], 4).weights
     assert close(fourth, sgd_anchor(means, 0.5, 0.8))
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [[(0.5, 0.8), (0.9, 0.8), (0.9, 0.8)], [(0.5, 0.8), (0.5, 0.3), (0.5, 0.3)]],
+    ids=["outer_lr changed", "outer_momentum changed"],
+)
+def test_a_rule_change_steps_from_the_anchor_the_workers_took(tmp_path, rules):
+    """Rounds 2-4 stepped, each with its own rule: a change of outer_lr or outer_momentum in
+    round 3 steps from round 2's anchor as the workers took it (round 2 is made again with
+    its own rule, kept in the pool's file, not round 3's), and round 4 goes on from round 3's."""
+    torch.manual_seed(12)
+    means = [{"w": torch.randn(4)} for _ in range(4)]
+    for r, mean in enumerate(means, 1):
+        lr, mu = rules[max(r - 2, 0)]
+        took = outer_round(tmp_path, 0, [((0,), mean)], r, lr=lr, momentum=mu).weights
+        if r > 1:
+            assert close(took, sgd_anchor(means[:r], 0.5, 0.8, rules[: r - 1]))
 
 
 def test_a_late_workers_update_is_in_the_anchor_the_round_steps_from_the_full_mean(tmp_path):
@@ -362,6 +393,42 @@ def test_with_the_policy_kept_every_consumer_takes_a_workers_own_weights(tmp_pat
     assert close(merged, p.trainer.weights(0)) and close(merged, p.trainer.weights(1))
     (merge,) = records(tmp_path, 0, Merge)[-1:]
     assert merge.left_out == {1: "non-finite weights"}
+
+
+@pytest.mark.parametrize("pull", [1.0, 0.5])
+def test_a_torchrun_rank_reset_with_the_policy_kept_takes_a_real_workers_weights(
+    tmp_path, monkeypatch, pull
+):
+    """A torchrun job with merge_policy off: rank 0's only worker is not finite, workers 1
+    and 2 are on other ranks (a fake collective, which sends worker 1's own weights when
+    asked, as the real one does for the lowest participant). The reset worker, and merged.pt
+    that rank 0 publishes, take what worker 1 holds after the merge (its own policy with the
+    world model it trained it with), not the mean's average of two unshared policies."""
+    cfg = dataclasses.replace(CFG, merge_policy=False, merge_pull=pull)
+    make_run(tmp_path, cfg, RunSettings(workers=3))
+    trainer = FakeTrainer(cfg, tmp_path, [0])
+    spec = worker_spec(tmp_path, cfg, 0, (0, 1, 2))
+    rounds = MergeRounds([spec], trainer, lambda **_: None, lambda: False)
+    w = trainer.weights(0)
+    others = [{k: v + 1.0 for k, v in w.items()}, {k: v - 3.0 for k, v in w.items()}]
+    mean = mean_of(others)
+
+    class Collective:
+        def merge(self, round_, state, members, step, own=None, wants=False):
+            result = MergeResult(dict(mean), round_, [1, 2], {0: "non-finite weights"}, {}, step)
+            if wants:  # the lowest participant's own weights, as the real collective sends
+                result.source = dict(others[0])
+            return result
+
+    rounds.collective = Collective()
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    with torch.no_grad():
+        trainer.agent.model.state_dict()["pi.layers.0.weight"][0, 0, 0] = float("nan")
+    rounds.merge(1)
+    expected = taken(others[0], mean, MergeRule.of(cfg))
+    policy = [n for n in w if n.startswith("pi.")]
+    assert close(trainer.weights(0), expected) and close(expected, others[0], policy)
+    assert close(load_state(tmp_path / "merge" / "merged.pt")["model"], expected)
 
 
 def test_a_rule_change_takes_effect_at_one_round_in_every_process_of_a_pool(tmp_path):

@@ -113,6 +113,27 @@ def test_a_resumed_run_takes_threads_and_restarts_from_the_flags_else_keeps_its_
     assert (given.settings.threads_per_worker, given.settings.max_restarts) == (1, 0)
 
 
+def test_the_merge_timeout_is_a_flag_in_range_and_a_resumed_run_keeps_its_own(tmp_path):
+    """--merge-timeout sets how long a merge round waits for the others (run.json's
+    merge_timeout_s, 30 s without it); above 0 and at most an hour, else refused in one line;
+    a resumed run keeps its own unless given."""
+    parse = build_parser().parse_args
+    flags = [*TINY_FLAGS, "--run-dir", str(tmp_path / "r")]
+    assert window_run_from_args(parse(flags)).settings.merge_timeout_s == 30.0
+    new = window_run_from_args(parse([*flags, "--merge-timeout", "600"]))
+    assert new.settings.merge_timeout_s == 600.0
+    for bad in ("0", "-5", "3601", "nan", "inf"):
+        with pytest.raises(UserError, match="--merge-timeout must be above 0 and at most 3600"):
+            window_run_from_args(parse([*flags, "--merge-timeout", bad]))
+    with pytest.raises(ConfigError, match="merge_timeout_s must be in"):
+        RunSettings(merge_timeout_s=0)
+    new.create()
+    kept = resume_from_args(parse(["--resume", str(tmp_path / "r")]))
+    assert kept.settings.merge_timeout_s == 600.0
+    given = resume_from_args(parse(["--resume", str(tmp_path / "r"), "--merge-timeout", "45"]))
+    assert given.settings.merge_timeout_s == 45.0
+
+
 def test_a_torchrun_rank_refuses_to_serve_and_the_outer_step(monkeypatch):
     """A rank's process never serves (it would serve only its own part of the job)."""
     from workers.cli.new_run import check_run_flags

@@ -14,7 +14,7 @@ from agent.knobs import knobs
 from workers.cli.parser import CliParser
 from workers.cli.presets import demo_preset
 from workers.host.precision import bf16_by_default
-from workers.rundir.settings import RunSettings
+from workers.rundir.settings import MAX_MERGE_TIMEOUT_S, RunSettings
 from workers.showcase.replay import MODES
 
 # Flags with their own handling (not plain Config overrides; config_from_args skips them).
@@ -231,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
         "once, at that time or when every racing worker has trained its --steps, if sooner; a "
         "verdict looked at every few seconds would call a race of equal lanes far more often "
         "than 5 %% of the time",
+    )
+    multi.add_argument(
+        "--merge-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a merge round waits for the other workers' weights before it merges "
+        f"those it has (default: {RunSettings.merge_timeout_s:g}; at most "
+        f"{MAX_MERGE_TIMEOUT_S:g}; a resumed run keeps its own unless given)",
     )
     multi.add_argument(
         "--checkpoint-every",

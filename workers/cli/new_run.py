@@ -21,7 +21,7 @@ from workers.race.control import check_race
 from workers.run.owner import Run
 from workers.run.start_weights import read_start_weights
 from workers.rundir.lanes import CONTROL, Lane, parse_lane, workers_for
-from workers.rundir.settings import RunSettings
+from workers.rundir.settings import MAX_MERGE_TIMEOUT_S, RunSettings
 
 RUNS = Path("runs")  # where runs go unless told; git ignores all of it
 
@@ -92,6 +92,12 @@ def check_run_flags(args: argparse.Namespace) -> None:
             raise UserError(
                 "--race-minutes times a race: give two --lane or more (or --control-worker)"
             )
+    timeout = getattr(args, "merge_timeout", None)
+    if timeout is not None and not 0 < timeout <= MAX_MERGE_TIMEOUT_S:
+        raise UserError(
+            f"--merge-timeout must be above 0 and at most {MAX_MERGE_TIMEOUT_S:g} seconds "
+            f"(a merge round's wait for the other workers), got {timeout:g}"
+        )
     check_remote_flags(args)
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     outer = {k: getattr(args, k, None) for k in ("outer_lr", "outer_momentum")}
@@ -165,6 +171,7 @@ def settings_from_args(
     if merge_every is None and preset is not None:
         merge_every = preset.merge_every
     given = dict(merge_every=merge_every, max_restarts=args.max_restarts)
+    given.update(merge_timeout_s=getattr(args, "merge_timeout", None))
     return RunSettings(
         workers=workers,
         **{name: value for name, value in given.items() if value is not None},
@@ -260,10 +267,11 @@ def new_run_from_dialog(
 
 
 def resume_from_args(args: argparse.Namespace) -> Run:
-    """The run --resume names, with --steps, --threads and --max-restarts when given (else
-    those it ran with)."""
+    """The run --resume names, with --steps, --threads, --max-restarts and --merge-timeout
+    when given (else those it ran with)."""
     run = Run.resume(args.resume, steps=args.steps)
     given = dict(threads_per_worker=args.threads, max_restarts=args.max_restarts)
+    given.update(merge_timeout_s=args.merge_timeout)
     changes = {name: value for name, value in given.items() if value is not None}
     if changes:
         run.settings = replace(run.settings, **changes)

@@ -8,6 +8,13 @@ weights are not finite contributes zeros and a count of zero, and takes the mean
 (it is reset from it). The weights travel as one flat buffer: one collective per round, plus a
 small one for each worker's distance from the mean.
 
+With the policy kept (merge_policy off) a mean holds an average of policies that never shared
+weights, which no worker has. A rank whose workers keep their policies but none is finite asks
+for one worker's own weights (a slot of the buffer counts the ranks that ask); in such a round
+the rank holding the job's lowest participating worker sends them, in one more collective, and
+the asking rank's workers take what that worker holds after the merge: its own policy with the
+model it trained it with, as a reset worker does in a pack or over files (rank 0 publishes it).
+
 gloo carries CPU tensors, NCCL CUDA tensors (one GPU per rank); the backend is chosen from the
 device (`backend_for`). A collective waits at most the process group's timeout, so a rank that
 died cannot hang the others for ever (torchrun's elastic restart then brings the group back).
@@ -19,7 +26,7 @@ import contextlib
 import datetime
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -113,20 +120,34 @@ class DistributedMergeBackend:
         (CUDA for NCCL)."""
         self.merging, self.workers, self.device = sorted(merging), workers, torch.device(device)
 
-    def merge(self, round_: int, state: State, members: tuple[int, ...], step: int) -> MergeResult:
+    def merge(
+        self,
+        round_: int,
+        state: State,
+        members: tuple[int, ...],
+        step: int,
+        own: Callable[[int], State] | None = None,
+        wants: bool = False,
+    ) -> MergeResult:
         """Merge round `round_`: `state` is the mean of this rank's workers `members` (weights
         that are not finite, or no members: it contributes nothing, and still takes part in the
         collective, which every rank must). Returns the mean over every participating worker of
-        the job, the same on every rank, with the largest step among the ranks."""
+        the job, the same on every rank, with the largest step among the ranks. `wants`: this
+        rank, with no finite worker, wants a participant's own weights (its workers keep their
+        policies); when any rank does, every rank's result has the job's lowest participating
+        worker's as `source`, sent by the rank holding it (`own`: a member's own weights by
+        its index; without it, the rank's mean)."""
         ok = bool(members) and is_finite(state)
         keys = [k for k, t in state.items() if t.is_floating_point()]
         tensors = [state[k].detach().to(self.device, torch.float32) for k in keys]
         weights = _flatten_dense_tensors(tensors)
         weights = weights * len(members) if ok else torch.zeros_like(weights)
-        # After the weights, one slot per worker of the job: 1 if it takes part.
-        taking_part = torch.zeros(self.workers, device=self.device)
+        # After the weights, one slot per worker of the job: 1 if it takes part; then the
+        # number of ranks that want a participant's own weights.
+        taking_part = torch.zeros(self.workers + 1, device=self.device)
         if ok:
             taking_part[list(members)] = 1.0
+        taking_part[-1] = float(wants and not ok)
         buffer = torch.cat([weights, taking_part])
         dist.all_reduce(buffer)
         newest = torch.tensor([float(step)], device=self.device)
@@ -138,6 +159,11 @@ class DistributedMergeBackend:
         means = _unflatten_dense_tensors(buffer[:n] / len(participants), tensors)
         merged = dict(state)
         merged.update({k: t.to(state[k].device, state[k].dtype) for k, t in zip(keys, means)})
+        source = None
+        if buffer[-1] > 0.5:  # every rank sees the same count: all take part, or none
+            held = ok and participants[0] in members
+            mine = (own(participants[0]) if own else state) if held else None
+            source = self._sent(mine, merged, keys, tensors)
         # Each lone worker's distance from the mean (a pack tells its own workers'), and
         # whether it is known, gathered so that every rank can record every worker's.
         distances = torch.zeros(2 * self.workers, device=self.device)
@@ -156,4 +182,21 @@ class DistributedMergeBackend:
                 if distances[self.workers + w] > 0.5
             },
             step=int(newest.item()),
+            source=source,
         )
+
+    def _sent(self, mine: State | None, like: State, keys: list[str], tensors) -> State:
+        """One worker's own weights, from the one rank that holds them (`mine`; the others
+        None): a sum to which every other rank adds zeros. Tensors that are not floating point
+        are `like`'s."""
+        if mine is None:
+            flat = torch.zeros(sum(t.numel() for t in tensors), device=self.device)
+        else:
+            flat = _flatten_dense_tensors(
+                [mine[k].detach().to(self.device, torch.float32) for k in keys]
+            )
+        dist.all_reduce(flat)
+        sent = dict(like)
+        for k, t in zip(keys, _unflatten_dense_tensors(flat, tensors)):
+            sent[k] = t.to(like[k].device, like[k].dtype)
+        return sent

@@ -118,6 +118,7 @@ class MergeResult:
     left_out: dict[int, str] = field(default_factory=dict)
     distances: dict[int, float] = field(default_factory=dict)
     step: int | None = None  # the largest agent step among the participants, when known
+    source: State | None = None  # a participant's own weights, where a torchrun rank asked
 
 
 def write_members(

@@ -11,6 +11,8 @@ fuller mean: the last worker through a round takes an anchor that counts every w
 round, the late one too. (One that went on earlier took the anchor as it stood; the next round's
 outer gradient takes up the difference.) A process behind the pool by a whole round cannot add
 to a round already stepped past: it takes the pool's newest anchor, and its record says so.
+The file keeps the round's own outer_lr and outer_momentum too: a round made again in a later
+one (after a change of either) is stepped as its workers took it, not with the later rule.
 
 The file is the checkpoint: a resumed run, a restarted or added worker goes on from it. It starts
 again from the mean, and the merge record says why, in a new pool (a race, a promotion), at a
@@ -59,6 +61,7 @@ class _Saved:
     before: OuterState | None  # None: the round restarts from the mean
     total: State
     counted: set[int] = field(default_factory=set)
+    rule: tuple[float, float] | None = None  # the round's (lr, momentum); None: a file before it
 
 
 class PoolOuterStep:
@@ -104,7 +107,7 @@ class PoolOuterStep:
     def _step(self, saved, why, mean, parts, round_, merge_every, lr, momentum, names):
         note = ""
         if saved is not None and saved.round > round_:
-            newest = _stepped(saved, lr, momentum, names)
+            newest = _stepped(saved, (lr, momentum), names)
             behind = (
                 f"a round behind the pool's outer step (round {saved.round}): took the pool's "
                 f"anchor; this process's round {round_} is in no anchor"
@@ -113,8 +116,9 @@ class PoolOuterStep:
         if saved is None:
             saved, note = _Saved(round_, None, {}), f"the outer step started from the mean: {why}"
         elif saved.round < round_:  # the round before (or several a step skipped over)
-            before = _stepped(saved, lr, momentum, names)
+            before = _stepped(saved, (lr, momentum), names)
             saved = _Saved(round_, before, {})
+        saved.rule = (lr, momentum)  # this round's, as the pool's rule record has it
         added = False
         pooled = set(names) | RUNNING_STATS  # not a kept policy: it is no pool's
         for part in parts:
@@ -126,6 +130,7 @@ class PoolOuterStep:
             added = True
         if added:
             payload = {"pool": self.pool, "round": round_, "merge_every": merge_every}
+            payload.update(lr=float(lr), outer_momentum=float(momentum))
             payload.update(
                 total=_cpu(saved.total),
                 counted=sorted(saved.counted),
@@ -155,6 +160,7 @@ class PoolOuterStep:
                 before,
                 dict(payload["total"]),
                 {int(w) for w in payload["counted"]},
+                _rule(payload),
             )
         except (WeightsError, KeyError, TypeError, ValueError) as err:
             return None, f"the pool's outer state was unreadable ({type(err).__name__})"
@@ -165,10 +171,19 @@ class PoolOuterStep:
         return saved, ""
 
 
-def _stepped(saved: _Saved, lr: float, momentum: float, names: list[str]) -> OuterState:
-    """The state after `saved`'s round: its step made with the mean of every worker counted."""
+def _stepped(saved: _Saved, now: tuple[float, float], names: list[str]) -> OuterState:
+    """The state after `saved`'s round: its step made with the mean of every worker counted,
+    with the lr and momentum of that round (`now`'s only for a file that does not keep them)."""
     mean = _divided(saved)
+    lr, momentum = saved.rule or now
     return outer_step(mean, saved.before, lr, momentum, [k for k in names if k in mean])[1]
+
+
+def _rule(payload: dict) -> tuple[float, float] | None:
+    """The (lr, momentum) a saved round was stepped with; None from a file written before."""
+    if "lr" not in payload:
+        return None
+    return float(payload["lr"]), float(payload["outer_momentum"])
 
 
 def _add(total: State, state: State, count: int) -> None:

@@ -23,6 +23,7 @@ from workers.rundir.paths import CONFIG, RUN, metrics_name
 
 PAIRED_SEEDS = 1_000_000  # paired environment seeds start here, past every worker's own
 MAX_WORKERS = 256  # a process each (or a pack's share of one): beyond, a typo or an attack
+MAX_MERGE_TIMEOUT_S = 3600.0  # a merge round's wait for the others: an hour is a stalled run
 
 
 def _check_workers(name: str, workers: Sequence[object], count: int) -> None:
@@ -80,6 +81,11 @@ class RunSettings:
             raise ConfigError(f"race_minutes must be above 0, got {self.race_minutes!r}")
         if self.merge_every < 1:
             raise ConfigError(f"merge_every must be at least 1, got {self.merge_every}")
+        if not 0 < self.merge_timeout_s <= MAX_MERGE_TIMEOUT_S:
+            raise ConfigError(
+                f"merge_timeout_s must be in (0, {MAX_MERGE_TIMEOUT_S:g}] seconds, "
+                f"got {self.merge_timeout_s!r}"
+            )
         if self.checkpoint_every < 1:
             raise ConfigError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
         if not 0 <= self.max_restarts <= 1000:

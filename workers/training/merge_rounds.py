@@ -258,10 +258,18 @@ class MergeRounds:
             mean, good, bad = pack
         participants = [index_of[k] for k in good]
         left_out = {index_of[k]: why for k, why in bad.items()}
-        step_of = t.step
+        step_of, source = t.step, None
         if self.collective is not None:
-            result = self.collective.merge(round_, mean, tuple(participants), t.step)
-            merged, participants = result.merged, result.participants
+            slot = {index: k for k, index in index_of.items()}
+            result = self.collective.merge(
+                round_,
+                mean,
+                tuple(participants),
+                t.step,
+                own=lambda index: agent.model_state(slot[index]),
+                wants=not rule.policy and not good,
+            )
+            merged, participants, source = result.merged, result.participants, result.source
             left_out.update(result.left_out)
             others_distances = {w: d for w, d in result.distances.items() if w not in own}
             step_of = result.step
@@ -296,7 +304,7 @@ class MergeRounds:
             merged = mean if outer is None else outer(mean, [part])
         kept = rule.kept(list(merged))
         own_distances = agent.assign(merged, self.merging, list(bad), rule.pull, kept)
-        published = self._published(merged, rule, good, list(bad))
+        published = self._published(merged, rule, good, list(bad), source)
         if self.collective is None or dist.get_rank() == 0:
             # The merged weights are published for the showcase and for a worker added later.
             self._guarded(
@@ -317,16 +325,24 @@ class MergeRounds:
             self._log_merging(merge)
         self.set(merges=self.merges)
 
-    def _published(self, merged: State, rule: MergeRule, good: list[int], bad: list[int]) -> State:
+    def _published(
+        self, merged: State, rule: MergeRule, good: list[int], bad: list[int], sent: State | None
+    ) -> State:
         """What the pool publishes (merged.pt): the merged weights, or with the policy kept
         a worker's weights as it holds them now (the lowest of this process's finite ones:
         its own policy with the world model it trained it with) for every consumer: the
         showcase, a worker added or restarted, a race's start, a promotion. A worker reset
-        here for non-finite weights takes them too."""
+        here for non-finite weights takes them too. A torchrun rank with no finite worker
+        takes the job's lowest participant's as it holds them after the merge (`sent`: its
+        own weights before it, from the rank holding it), never the mean's averaged policy."""
         agent = self.trainer.agent
-        if rule.policy or not good:
+        if rule.policy or (not good and sent is None):
             return {k: v.detach().cpu() for k, v in merged.items()}
-        source = {k: v.detach().cpu().clone() for k, v in agent.model_state(good[0]).items()}
+        if good:
+            own = agent.model_state(good[0])
+            source = {k: v.detach().cpu().clone() for k, v in own.items()}
+        else:
+            source = {k: v.detach().cpu() for k, v in taken(sent, merged, rule).items()}
         if bad:
             agent.load_model_state(source, bad)
         return source
