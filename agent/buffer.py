@@ -116,19 +116,27 @@ class EpisodeBuffer:
         episode's starts one after the other, `_first` and `_count` where its group begins and
         how long it is."""
         idx = torch.arange(self.capacity, device=self.device)
+        # An episode's rows are one contiguous arc of the ring, its steps one after the other.
+        # Equal ids at both ends of a slice are not enough: when the ring holds an episode and
+        # a few rows of another, a slice can leave the episode at the ring's end and come back
+        # into its first rows (steps 15, 13, 14, 0). Both ends in one episode H steps apart
+        # means the slice runs forward inside it.
         end = (idx + self.horizon) % self.capacity
-        # Episodes occupy contiguous rows of the ring, so equal ids at both ends of a slice mean
-        # the whole slice lies in one episode.
-        same = (self.episode[idx] == self.episode[end]) & (self.episode[idx] >= 0)
-        # ... and the frames its first observation stacks are still there
-        first = (idx - self.position.clamp(max=self.frames - 1)) % self.capacity
-        same &= self.episode[first] == self.episode[idx]
+        same = self._apart(idx, end, self.horizon) & (self.episode[idx] >= 0)
+        # ... and the frames its first observation stacks are still there, likewise
+        back = self.position.clamp(max=self.frames - 1)
+        same &= self._apart((idx - back) % self.capacity, idx, back)
         starts = idx[same]
         # Sorted by episode id (stable), an episode that wraps round the ring stays one group.
         ids, order = self.episode[starts].sort(stable=True)
         self._starts = starts[order]
         self._count = ids.unique_consecutive(return_counts=True)[1]
         self._first = self._count.cumsum(0) - self._count
+
+    def _apart(self, rows: torch.Tensor, later: torch.Tensor, steps) -> torch.Tensor:
+        """Whether each of `later` is `steps` steps after `rows` in the same episode."""
+        same = self.episode[rows] == self.episode[later]
+        return same & (self.position[later] - self.position[rows] == steps)
 
     def can_sample(self) -> bool:
         return self._starts.numel() > 0
@@ -186,8 +194,8 @@ class EpisodeBuffer:
                 f"buffer has obs/action dims and frames {dims}, expected "
                 f"{(self.obs_dim, self.action_dim, self.frames)}"
             )
-        if "position" not in state:  # saved before frames were stacked here: unused then
-            state = {**state, "position": torch.zeros_like(state["episode"])}
+        if "position" not in state:  # saved before frames were stacked here: counted again
+            state = {**state, "position": _positions(state["episode"], state["next_row"])}
         names = ("obs", "action", "reward", "terminated", "episode", "position")
         if state["capacity"] == self.capacity:
             for name in names:
@@ -221,6 +229,20 @@ def frame_storage(cfg: Config) -> dict:
     if cfg.obs == "rgb":
         return {"frames": FRAMES, "dtype": torch.uint8}
     return {}
+
+
+def _positions(episode: torch.Tensor, next_row: int) -> torch.Tensor:
+    """Each row's step within what the ring holds of its episode (saves without positions,
+    frames 1): counted from the oldest row, where the ring resumes at `next_row`."""
+    order = (next_row + torch.arange(episode.numel())) % episode.numel()
+    ids = episode[order]
+    new = torch.ones_like(ids, dtype=torch.bool)
+    new[1:] = ids[1:] != ids[:-1]
+    index = torch.arange(ids.numel())
+    begins = torch.cummax(torch.where(new, index, 0), 0).values
+    position = torch.zeros_like(episode)
+    position[order] = index - begins
+    return position
 
 
 def _is_frame_stack(frames: torch.Tensor) -> bool:

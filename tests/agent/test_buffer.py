@@ -280,3 +280,34 @@ def test_a_runs_buffer_holds_its_steps_and_each_episodes_first_row():
     assert buffer_rows(short) == 501  # room for one whole episode
     assert frame_storage(make_config(1, obs="rgb")) == {"frames": 3, "dtype": torch.uint8}
     assert frame_storage(make_config(1)) == {}
+
+
+@pytest.mark.parametrize("frames", [1, 3])
+def test_slices_stay_in_one_episode_after_a_load_into_any_capacity(frames):
+    # Saved with 23 rows: 7 of episode 0 (15 rows), then episode 1 (16 rows) wrapped round.
+    # Loaded into 18 rows, the ring holds 2 rows of episode 0 and all of episode 1: a slice
+    # from episode 1's last row once ran through them into its first (steps 15, 13, 14, 0),
+    # and a stack reached across. A buffer filled at each capacity must hold the same.
+    episodes = [_stacked_episode(i, n, frames=frames) for i, n in enumerate([14, 15])]
+    first, second = episodes[0][0], episodes[1][0]  # (episode, step): the observation
+    env = torch.stack([torch.cat([first, first[-1:]]), second])  # (a step 15 never drawn)
+    kind = {"frames": frames, "dtype": torch.uint8}
+    saved = EpisodeBuffer(23, 4 * frames, 1, horizon=3, batch_size=8, **kind)
+    for episode in episodes:
+        saved.add_episode(*episode)
+    for capacity in range(17, 41):
+        loaded = EpisodeBuffer(capacity, 4 * frames, 1, horizon=3, batch_size=2000, **kind)
+        loaded.load_state_dict(saved.state_dict())
+        filled = EpisodeBuffer(capacity, 4 * frames, 1, horizon=3, batch_size=2000, **kind)
+        for episode in episodes:
+            filled.add_episode(*episode)
+        for buffer in (loaded, filled):
+            obs, _, reward, _ = buffer.sample()
+            newest = obs[..., -1].long()  # frame of episode e at step t holds e * 20 + t
+            episode, step = newest // 20, newest % 20
+            assert (episode == episode[:1]).all(), f"a slice crosses episodes at {capacity}"
+            assert (step[1:] == step[:-1] + 1).all(), f"steps out of order at {capacity}"
+            assert (reward[..., 0] == step[:-1]).all()  # the reward of the step from each
+            assert (episode[0] == 1).any() and obs.shape[1] == 2000
+            # every observation is the env's, its stack included
+            assert torch.equal(obs, env[episode, step]), f"a wrong stack at {capacity}"
