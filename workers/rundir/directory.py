@@ -106,16 +106,18 @@ def previous_path(path: str | Path) -> Path:
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
-def state_size(state: object) -> int:
-    """About the bytes torch.save writes for `state`: its tensors' (what a full-disk wait asks
-    room for), and a little for the rest."""
+def state_size(state: object, top: bool = True) -> int:
+    """About the bytes torch.save writes for `state`, no fewer: its tensors' with their zip
+    records (what a full-disk wait asks room for), and a little for the rest."""
     if isinstance(state, torch.Tensor):
-        return state.nbytes + 64
-    if isinstance(state, dict):
-        return 64 + sum(state_size(k) + state_size(v) for k, v in state.items())
-    if isinstance(state, (list, tuple)):
-        return 64 + sum(state_size(v) for v in state)
-    return 64
+        size = state.nbytes + 256  # a record's header, alignment and directory entry
+    elif isinstance(state, dict):
+        size = 64 + sum(state_size(k, False) + state_size(v, False) for k, v in state.items())
+    elif isinstance(state, (list, tuple)):
+        size = 64 + sum(state_size(v, False) for v in state)
+    else:
+        size = 64
+    return size + 4096 * top  # the pickle's record and the zip's end
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
