@@ -148,18 +148,18 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
     raise WeightsError("no complete checkpoint: " + "; ".join(problems))
 
 
-def stored_whole(path: Path) -> bool:
-    """Whether a torch file's parts are stored as torch.save stores them: uncompressed, each
-    at its own place, together no larger than the file (a zip from elsewhere of compressed
+def stored_whole(file: BinaryIO) -> bool:
+    """Whether the open torch file's parts are stored as torch.save stores them: uncompressed,
+    each at its own place, together no larger than the file (a zip from elsewhere of compressed
     parts, or of many parts over the same bytes, could unpack to the window's whole memory); a
     file of torch's older, unzipped format is stored whole too. Reads the zip's directory
     only."""
-    if not zipfile.is_zipfile(path):
-        return True
     try:
-        with zipfile.ZipFile(path) as archive:
+        if not zipfile.is_zipfile(file):
+            return True
+        with zipfile.ZipFile(file) as archive:
             parts = archive.infolist()
-        size = path.stat().st_size
+        size = os.fstat(file.fileno()).st_size
     except (zipfile.BadZipFile, OSError, ValueError):
         return False
     return (
@@ -172,24 +172,30 @@ def stored_whole(path: Path) -> bool:
 def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
     """Load a file written by save_state; a missing or corrupt file is a WeightsError. A zip
     (torch's format) is mapped, not read: its tensors are the file's pages (copied on write),
-    not a second copy of a checkpoint's buffer beside its bytes."""
+    not a second copy of a checkpoint's buffer beside its bytes. The file checked is the file
+    loaded, even if another is renamed over `path` meanwhile (a connected copy's next fetch)."""
     path = Path(path)
     try:
-        with open(path, "rb"):
-            pass
+        file = open(path, "rb")
     except OSError as err:
         raise WeightsError(f"cannot read {path}: {err.strerror}") from None
-    zipped = zipfile.is_zipfile(path)
-    if not stored_whole(path):
-        raise WeightsError(
-            f"{path} is not a torch file as torch writes one (parts compressed or overlapping)"
-        )
-    try:
-        state = torch.load(path, map_location=device, weights_only=True, mmap=zipped)
-    except Exception as err:  # torch raises many kinds of errors for a damaged file
-        raise WeightsError(
-            f"{path} is corrupt or not a torch file ({type(err).__name__})"
-        ) from None
+    with file:
+        if not stored_whole(file):
+            raise WeightsError(
+                f"{path} is not a torch file as torch writes one (parts compressed or overlapping)"
+            )
+        file.seek(0)
+        # Mapped through this open file's own descriptor where the system names one (Linux).
+        this_file = Path(f"/proc/self/fd/{file.fileno()}")
+        mapped = zipfile.is_zipfile(file) and this_file.exists()
+        file.seek(0)
+        try:
+            source = str(this_file) if mapped else file
+            state = torch.load(source, map_location=device, weights_only=True, mmap=mapped)
+        except Exception as err:  # torch raises many kinds of errors for a damaged file
+            raise WeightsError(
+                f"{path} is corrupt or not a torch file ({type(err).__name__})"
+            ) from None
     if not isinstance(state, dict):
         raise WeightsError(f"{path} does not hold a state dictionary")
     return state
