@@ -25,6 +25,7 @@ from agent.noise import set_generator_state
 from agent.pixels import FRAMES
 
 FORMAT = "tdmpc2-live/buffer/1"
+CHUNK = 4096  # rows copied at a time when a loaded buffer is reordered
 
 
 class EpisodeBuffer:
@@ -206,8 +207,10 @@ class EpisodeBuffer:
             order = (state["next_row"] + torch.arange(state["capacity"])) % state["capacity"]
             order = order[state["episode"][order] >= 0][-self.capacity :]
             self.episode.fill_(-1)
-            for name in names:
-                getattr(self, name)[: len(order)] = state[name][order].to(self.device)
+            for name in names:  # in chunks: a copy of the saved frames would double them
+                for at in range(0, len(order), CHUNK):
+                    part = order[at : at + CHUNK]
+                    getattr(self, name)[at : at + len(part)] = state[name][part].to(self.device)
             self.next_row = len(order) % self.capacity
         self.num_episodes = state["num_episodes"]
         filled = self.episode[self.episode >= 0]

@@ -575,3 +575,26 @@ def test_a_server_that_cuts_its_answer_short_is_a_link_down(tmp_path):
             Link(f"http://127.0.0.1:{listener.getsockname()[1]}", "t").ask("/x", 2000)
     finally:
         listener.close()
+
+
+def test_the_torch_file_checked_is_the_file_loaded(tmp_path, monkeypatch):
+    """A connected copy renames each fetched file over the old one: one renamed in between
+    the check and the load (a rogue server's second version) is not what gets loaded."""
+    import os
+
+    import torch
+
+    import workers.rundir.directory as directory
+
+    shown, next_version = tmp_path / "merged.pt", tmp_path / "next.pt"
+    torch.save({"w": torch.ones(3)}, shown)
+    torch.save({"w": torch.zeros(3)}, next_version)
+    checked = directory.stored_whole
+
+    def check_then_swap(file):
+        whole = checked(file)
+        os.replace(next_version, shown)
+        return whole
+
+    monkeypatch.setattr(directory, "stored_whole", check_then_swap)
+    assert directory.load_state(shown)["w"].sum() == 3

@@ -26,7 +26,12 @@ from pathlib import Path
 from agent.config import Config
 from agent.envs import check_record_task, check_task, name_task, obs_action_dims
 from agent.errors import UserError
-from workers.host.memory import available_bytes, check_buffers_fit, local_workers
+from workers.host.memory import (
+    available_bytes,
+    check_buffers_fit,
+    check_resumed,
+    local_workers,
+)
 from workers.merging.files import write_members
 from workers.race.control import check_race
 from workers.run.attached import AttachedRun
@@ -173,6 +178,10 @@ class Run(BaseRun):
         cfg, settings = resumable(path)
         if steps is not None:
             cfg = dataclasses.replace(cfg, steps=steps)
+        # Before anything is written: more --steps make bigger buffers (buffer_rows).
+        here = local_workers(len(settings.active), settings.pack, settings.ranks)
+        check_resumed(cfg, here, *obs_action_dims(cfg), available_bytes(cfg.device))
+        if steps is not None:
             RunDir(path).write_config({"config": dataclasses.asdict(cfg)})
         run = cls(path, cfg, settings, resumed=True)
         run._check_knob_history()

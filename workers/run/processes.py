@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import Config
+from agent.envs import obs_action_dims
 from agent.errors import ConfigError, UserError
+from workers.host.memory import check_added_worker
 from workers.host.threads import choose_threads
 from workers.merging.files import merged_step
 from workers.race.control import RaceControl
@@ -177,6 +179,8 @@ class WorkerProcesses(Workers):
         except ConfigError as err:
             raise UserError(str(err)) from None
         self._check_merged_weights(lane)
+        cfg = self._side.cfg  # its buffer against the memory free now, before any write
+        check_added_worker(cfg, len(settings.active), *obs_action_dims(cfg))
         grown = dataclasses.replace(settings, workers=index + 1, added=settings.added + 1)
         if lane is None:
             self._side.save_settings(grown)

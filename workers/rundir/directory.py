@@ -3,20 +3,21 @@
 Every file but the metrics log is written atomically (temp file + rename), so a crash leaves
 either the old or the new version. Metrics lines are written with one O_APPEND write each, so a
 line is never half-written by a crash of the writer.
+
+Over 300 lines because writing and reading every file of the folder safely is one concern here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import json
 import os
 import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import BinaryIO, Protocol, TypeVar
 
 import torch
 from filelock import FileLock
@@ -67,10 +68,18 @@ def human_size(n: float) -> str:
 def atomic_write_bytes(path: Path, data: bytes, keep_previous: Path | None = None) -> None:
     """Write a temporary file, fsync, rename over `path`; with `keep_previous`, the old `path`
     is first renamed there, so a whole version exists at every moment."""
+    atomic_write(path, lambda f: f.write(data), keep_previous)
+
+
+def atomic_write(
+    path: Path, write: Callable[[BinaryIO], object], keep_previous: Path | None = None
+) -> None:
+    """atomic_write_bytes of what `write(file)` writes into the temporary file (a checkpoint
+    streamed there by torch.save: never whole in memory as bytes)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         if keep_previous is not None and path.exists():
@@ -88,7 +97,7 @@ def atomic_write_json(path: Path, obj: object) -> None:
 
 def save_state(path: Path, state: dict) -> None:
     """torch.save a state dict atomically."""
-    atomic_write_bytes(Path(path), state_bytes(state))
+    atomic_write(Path(path), lambda f: torch.save(state, f))
 
 
 def previous_path(path: str | Path) -> Path:
@@ -97,20 +106,26 @@ def previous_path(path: str | Path) -> Path:
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
-def state_bytes(state: dict) -> bytes:
-    """A state dict as save_state writes it."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
+def state_size(state: object, top: bool = True) -> int:
+    """About the bytes torch.save writes for `state`, no fewer: its tensors' with their zip
+    records (what a full-disk wait asks room for), and a little for the rest."""
+    if isinstance(state, torch.Tensor):
+        size = state.nbytes + 256  # a record's header, alignment and directory entry
+    elif isinstance(state, dict):
+        size = 64 + sum(state_size(k, False) + state_size(v, False) for k, v in state.items())
+    elif isinstance(state, (list, tuple)):
+        size = 64 + sum(state_size(v, False) for v in state)
+    else:
+        size = 64
+    return size + 4096 * top  # the pickle's record and the zip's end
 
 
-def save_checkpoint(path: str | Path, state: dict | bytes) -> None:
-    """save_state (of a state dict, or its state_bytes) that keeps the previous complete file
-    (previous_path) until the new one is complete: a crash or a full disk at any point
-    leaves at least one whole checkpoint."""
+def save_checkpoint(path: str | Path, state: dict) -> None:
+    """save_state that keeps the previous complete file (previous_path) until the new one is
+    complete: a crash or a full disk at any point leaves at least one whole checkpoint.
+    Streamed into the file: a pixel buffer is not copied to bytes first."""
     path = Path(path)
-    data = state if isinstance(state, bytes) else state_bytes(state)
-    atomic_write_bytes(path, data, keep_previous=previous_path(path))
+    atomic_write(path, lambda f: torch.save(state, f), keep_previous=previous_path(path))
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
@@ -133,42 +148,54 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
     raise WeightsError("no complete checkpoint: " + "; ".join(problems))
 
 
-def stored_whole(data: bytes) -> bool:
-    """Whether a torch file's parts are stored as torch.save stores them: uncompressed, each
-    at its own place, together no larger than the file (a zip from elsewhere of compressed
+def stored_whole(file: BinaryIO) -> bool:
+    """Whether the open torch file's parts are stored as torch.save stores them: uncompressed,
+    each at its own place, together no larger than the file (a zip from elsewhere of compressed
     parts, or of many parts over the same bytes, could unpack to the window's whole memory); a
-    file of torch's older, unzipped format is stored whole too."""
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        return True
+    file of torch's older, unzipped format is stored whole too. Reads the zip's directory
+    only."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        if not zipfile.is_zipfile(file):
+            return True
+        with zipfile.ZipFile(file) as archive:
             parts = archive.infolist()
+        size = os.fstat(file.fileno()).st_size
     except (zipfile.BadZipFile, OSError, ValueError):
         return False
     return (
         all(part.compress_type == zipfile.ZIP_STORED for part in parts)
         and len({part.header_offset for part in parts}) == len(parts)
-        and sum(part.file_size for part in parts) <= len(data)
+        and sum(part.file_size for part in parts) <= size
     )
 
 
 def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
-    """Load a file written by save_state; a missing or corrupt file is a WeightsError."""
+    """Load a file written by save_state; a missing or corrupt file is a WeightsError. A zip
+    (torch's format) is mapped, not read: its tensors are the file's pages (copied on write),
+    not a second copy of a checkpoint's buffer beside its bytes. The file checked is the file
+    loaded, even if another is renamed over `path` meanwhile (a connected copy's next fetch)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        file = open(path, "rb")
     except OSError as err:
         raise WeightsError(f"cannot read {path}: {err.strerror}") from None
-    if not stored_whole(data):
-        raise WeightsError(
-            f"{path} is not a torch file as torch writes one (parts compressed or overlapping)"
-        )
-    try:
-        state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
-    except Exception as err:  # torch raises many kinds of errors for a damaged file
-        raise WeightsError(
-            f"{path} is corrupt or not a torch file ({type(err).__name__})"
-        ) from None
+    with file:
+        if not stored_whole(file):
+            raise WeightsError(
+                f"{path} is not a torch file as torch writes one (parts compressed or overlapping)"
+            )
+        file.seek(0)
+        # Mapped through this open file's own descriptor where the system names one (Linux).
+        this_file = Path(f"/proc/self/fd/{file.fileno()}")
+        mapped = zipfile.is_zipfile(file) and this_file.exists()
+        file.seek(0)
+        try:
+            source = str(this_file) if mapped else file
+            state = torch.load(source, map_location=device, weights_only=True, mmap=mapped)
+        except Exception as err:  # torch raises many kinds of errors for a damaged file
+            raise WeightsError(
+                f"{path} is corrupt or not a torch file ({type(err).__name__})"
+            ) from None
     if not isinstance(state, dict):
         raise WeightsError(f"{path} does not hold a state dictionary")
     return state

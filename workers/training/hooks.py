@@ -19,7 +19,7 @@ from agent.errors import ConfigError, UserError
 from agent.knobs import KnobValues, knob_text
 from agent.pack.merge_rule import collective_refusal
 from agent.self_check import Verdict
-from workers.rundir.directory import save_checkpoint, state_bytes
+from workers.rundir.directory import save_checkpoint, state_size
 from workers.rundir.knob_record import KnobStore, run_knobs, validate_record
 from workers.rundir.lanes import check_layout
 from workers.rundir.paths import checkpoint_path
@@ -253,9 +253,10 @@ class WorkerHooks:
             state.update(bf16_refused=self.float32_only)  # a check's drop survives a resume
             if self.rounds is not None:
                 state.update(self.rounds.pool_state())
-            data = state_bytes(state)
-            # The previous one stays until this one is complete; a full disk: wait, retry.
-            member.run_dir.guarded(path, len(data), lambda p=path, d=data: save_checkpoint(p, d))
+            # Streamed to the file (no bytes copy of the buffer); the previous one stays until
+            # this one is complete; a full disk: wait for about its size, retry.
+            size = state_size(state)
+            member.run_dir.guarded(path, size, lambda p=path, s=state: save_checkpoint(p, s))
             member.log(Checkpoint(step=self.trainer.step, path=str(path)))
 
     def _checkpoint_asked(self) -> bool:
