@@ -139,7 +139,7 @@ def test_a_checkpoint_is_streamed_to_its_file_and_loaded_mapped(tmp_path, monkey
     """No bytes copy of a checkpoint (a pixel buffer: GBs) when it is saved or loaded."""
     import torch
 
-    from workers.rundir.directory import load_state, save_checkpoint, state_size
+    from workers.rundir.directory import load_checkpoint, load_state, save_checkpoint, state_size
 
     targets, save = [], torch.save
     monkeypatch.setattr(torch, "save", lambda obj, f, **kw: targets.append(f) or save(obj, f))
@@ -148,12 +148,16 @@ def test_a_checkpoint_is_streamed_to_its_file_and_loaded_mapped(tmp_path, monkey
     assert targets and all(hasattr(f, "fileno") for f in targets)  # a file, not a BytesIO
     size = (tmp_path / "w.pt").stat().st_size
     assert size <= state_size(state) < size + 10_000  # what a full-disk wait asks room for
-    loaded = load_state(tmp_path / "w.pt")
+    loaded, used, _ = load_checkpoint(tmp_path / "w.pt")
     obs = loaded["buffer"]["obs"]
+    # Other files (merged weights, read again and again) are read, not mapped: a file cut short
+    # in place while mapped is a bus error.
+    read = load_state(tmp_path / "w.pt")["buffer"]["obs"]
     mapped = [
         [int(a, 16) for a in line.split()[0].split("-")]
         for line in Path("/proc/self/maps").read_text().splitlines()
         if line.endswith(str(tmp_path / "w.pt"))
     ]
     assert any(a <= obs.data_ptr() < b for a, b in mapped)  # the file's pages, not a copy
+    assert not any(a <= read.data_ptr() < b for a, b in mapped) and used == tmp_path / "w.pt"
     assert loaded["step"] == 7 and obs.sum() == 1000 * 4096

@@ -140,7 +140,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict, Path, str]:
             problems.append(f"{candidate.name} is missing")
             continue
         try:
-            state = load_state(candidate)
+            state = load_state(candidate, mapped=True)
         except WeightsError as err:
             problems.append(str(err))
             continue
@@ -169,11 +169,13 @@ def stored_whole(file: BinaryIO) -> bool:
     )
 
 
-def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
-    """Load a file written by save_state; a missing or corrupt file is a WeightsError. A zip
-    (torch's format) is mapped, not read: its tensors are the file's pages (copied on write),
-    not a second copy of a checkpoint's buffer beside its bytes. The file checked is the file
-    loaded, even if another is renamed over `path` meanwhile (a connected copy's next fetch)."""
+def load_state(path: str | Path, device: torch.device | str = "cpu", mapped: bool = False) -> dict:
+    """Load a file written by save_state; a missing or corrupt file is a WeightsError. The file
+    checked is the file loaded, even if another is renamed over `path` meanwhile (a connected
+    copy's next fetch). `mapped` (a checkpoint, with its buffer): a zip is mapped, not read,
+    its tensors the file's pages (copied on write), not a second copy of the buffer beside its
+    bytes; the price is a bus error if the file is cut short in place while they are in use,
+    so only checkpoints, which are read once into the buffer, are mapped."""
     path = Path(path)
     try:
         file = open(path, "rb")
@@ -187,7 +189,7 @@ def load_state(path: str | Path, device: torch.device | str = "cpu") -> dict:
         file.seek(0)
         # Mapped through this open file's own descriptor where the system names one (Linux).
         this_file = Path(f"/proc/self/fd/{file.fileno()}")
-        mapped = zipfile.is_zipfile(file) and this_file.exists()
+        mapped = mapped and zipfile.is_zipfile(file) and this_file.exists()
         file.seek(0)
         try:
             source = str(this_file) if mapped else file
