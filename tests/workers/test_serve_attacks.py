@@ -264,8 +264,10 @@ def test_slow_readers_with_one_token_never_starve_the_others_windows(served, run
             head = f"GET /files/big.pt HTTP/1.1\r\nAuthorization: Bearer {served.watch}\r\n\r\n"
             sock.sendall(head.encode())
             slow.append(sock)  # never read
-        time.sleep(1)
-        assert request(served.port, "GET", "/files/config.json", served.watch)[0] == 503
+        # Once the six hold the watching token's transfer slots, its next file waits no turn.
+        assert wait_until(
+            lambda: request(served.port, "GET", "/files/config.json", served.watch)[0] == 503, 30
+        )
         assert request(served.port, "GET", "/files/config.json", served.steer)[0] == 200
         assert request(served.port, "GET", "/api/hello", served.watch)[0] == 200
     finally:
