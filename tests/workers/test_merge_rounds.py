@@ -4,6 +4,7 @@ files they would have written (no process is started)."""
 
 import dataclasses
 import threading
+import time
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from conftest import tiny_config
 from helpers.process_fakes import FakeTrainer, link, make_run, records, worker_spec
 
 from workers.merging.files import FileMergeBackend, write_members
-from workers.rundir.directory import load_state, save_state
+from workers.rundir.directory import DirLock, load_state, save_state
 from workers.rundir.knob_record import KnobStore
 from workers.rundir.lanes import Lane
 from workers.rundir.paths import promoted_path
@@ -341,3 +342,109 @@ def test_a_promoted_lane_that_keeps_its_policies_hands_on_one_workers_own(tmp_pa
         assert torch.allclose(value, expected, atol=1e-6), name
     lane = load_state(tmp_path / "merge" / "lane-0" / "merged.pt")["model"]
     assert same(lane, promoted)  # the lane's last published: what the promotion hands on
+
+
+def test_a_promoted_lane_over_two_processes_that_keeps_its_policies_hands_on_one_set(tmp_path):
+    """merge_policy off, the winning lane's workers 0 and 1 in two processes following the
+    promotion at once: only the process of the lane's lowest participant writes what the
+    promotion hands on (worker 0's own policy with the lane's mean); both workers end on it,
+    and so do the lane's merged.pt and the promotion file (each process wrote its own before)."""
+    cfg = dataclasses.replace(CFG, merge_policy=False)
+    make_run(tmp_path, cfg, RunSettings(workers=3), ((0, 1), (2,)), (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    processes = []
+    for w in (0, 1):
+        trainer = FakeTrainer(cfg, tmp_path, [w])
+        spec = worker_spec(tmp_path, cfg, w, (0, 1, 2), merge_timeout_s=20)
+        rounds = MergeRounds([spec], trainer, lambda **_: None, lambda: False)
+        rounds.follow(store.read_record())
+        processes.append((rounds, trainer))
+    second = processes[1][1]
+    second.set_weights(0, shifted(second.weights(0), 0.5))
+    own = [trainer.weights(0) for _, trainer in processes]
+    version = store.promote(cfg, 0)
+    record = store.read_record()
+    following = [threading.Thread(target=r.follow, args=(record,)) for r, _ in processes]
+    for thread in following:
+        thread.start()
+    for thread in following:
+        thread.join(60)
+    promoted = load_state(promoted_path(tmp_path, version))["model"]
+    for name, value in promoted.items():
+        mean = (own[0][name] + own[1][name]) / 2
+        expected = own[0][name] if name.startswith("pi.") else mean
+        assert torch.allclose(value, expected, atol=1e-6), name
+    assert all(same(trainer.weights(0), promoted) for _, trainer in processes)
+    assert same(load_state(tmp_path / "merge" / "lane-0" / "merged.pt")["model"], promoted)
+
+
+def test_a_process_whose_workers_are_all_non_finite_takes_the_pools_merged_weights(tmp_path):
+    """One worker a process, worker 1's weights NaN: its file says so for the round, worker 0
+    merges at once without waiting for it (a wait would see the stop and end the round), and
+    worker 1 takes what worker 0 publishes, with a new Adam, instead of training on NaN and
+    holding every round up for the merge timeout."""
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    healthy, kept, _ = rounds_of(tmp_path, [0], (0, 1), stopping=lambda: True)
+    broken, lost, _ = rounds_of(tmp_path, [1], (0, 1))
+    with torch.no_grad():
+        lost.agent.model.state_dict()["encoder.layers.0.weight"][0, 0, 0] = float("nan")
+    waiting = threading.Thread(target=broken.merge, args=(1,))
+    waiting.start()
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "merge" / "worker-1.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    healthy.merge(1)
+    waiting.join(30)
+    assert not waiting.is_alive()
+    (merge,) = records(tmp_path, 0, Merge)
+    assert merge.participants == (0,) and merge.left_out == {1: "non-finite weights"}
+    assert same(lost.weights(0), kept.weights(0))
+    (taken,) = records(tmp_path, 1, Merge)
+    assert taken.participants == (0,) and taken.left_out == {1: "non-finite weights"}
+    assert "took the pool's merged weights" in taken.note
+    assert records(tmp_path, 1, MergeSkipped) == []
+
+
+def test_a_merge_file_lock_waits_its_own_time_not_the_merge_timeout(tmp_path):
+    """A merge timeout of 10 ms is how long a round waits for the others, not how long a file
+    lock may be held by a reader loading a model: a publish behind a lock held for 0.3 s
+    waits for it instead of failing the worker."""
+    backend = FileMergeBackend(tmp_path, [0, 1], timeout_s=0.01)
+    state = {"w": torch.ones(3)}
+    backend.publish(0, 1, state)
+    taken, done = threading.Event(), threading.Event()
+
+    def reader() -> None:  # another holder of the lock, for 0.3 s
+        with DirLock(str(tmp_path / "merge" / "worker-0.pt") + ".lock", timeout=1):
+            taken.set()
+            time.sleep(0.3)
+        done.set()
+
+    holder = threading.Thread(target=reader)
+    holder.start()
+    assert taken.wait(10)
+    backend.publish(0, 2, state)  # raised filelock.Timeout after 10 ms
+    assert done.is_set()  # it did wait for the holder
+    holder.join()
+    assert backend.read(0)[0] == 2
+
+
+def test_with_the_policy_kept_only_the_lowest_participants_process_publishes(tmp_path):
+    """merge_policy off, one worker a process: worker 1's process merges round 1 with worker
+    0's file and leaves merged.pt to worker 0's process (else merged.pt would be worker 0's
+    policy one round and worker 1's the next, as each process published its own)."""
+    cfg = dataclasses.replace(CFG, merge_policy=False)
+    make_run(tmp_path, cfg, RunSettings(workers=2))
+    trainer = FakeTrainer(cfg, tmp_path, [1])
+    spec = worker_spec(tmp_path, cfg, 1, (0, 1), merge_timeout_s=60)
+    rounds = MergeRounds([spec], trainer, lambda **_: None, lambda: False)
+    theirs = shifted(trainer.weights(0), 1.0)
+    FileMergeBackend(tmp_path, [0, 1]).publish(0, 1, theirs, step=10)
+    rounds.merge(1)
+    assert records(tmp_path, 1, Merge)[-1].participants == (0, 1)
+    assert not (tmp_path / "merge" / "merged.pt").exists()
+    first, _, _ = rounds_of(tmp_path, [0], (0, 1))
+    first.trainer.set_weights(0, theirs)
+    FileMergeBackend(tmp_path, [0, 1]).publish(1, 2, trainer.weights(0), step=20)
+    first.merge(2)
+    assert same(load_state(tmp_path / "merge" / "merged.pt")["model"], first.trainer.weights(0))

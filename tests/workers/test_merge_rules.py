@@ -25,6 +25,7 @@ from agent.knobs import knobs
 from agent.pack.merge_rule import MergeRule, collective_refusal, taken
 from workers.merging.files import MergeResult
 from workers.merging.outer import Part, PoolOuterStep
+from workers.merging.pool_rule import PoolRule, RuleHistory
 from workers.remote.connected import wanted
 from workers.rundir.directory import DirLock, load_state, save_state
 from workers.rundir.knob_record import KnobStore, validate_knobs
@@ -259,6 +260,53 @@ def test_rounds_a_step_skipped_follow_on_the_state_and_are_not_a_restart(tmp_pat
     assert close(said[-1].weights, sgd_anchor(means, 0.5, 0.8))
     assert said[0].note.startswith("the outer step started from the mean")
     assert [s.note for s in said[1:]] == ["", ""]
+
+
+def test_rounds_16_apart_follow_on_and_nine_plain_rounds_start_again(tmp_path):
+    """num_envs 16 at merge_every 1: a process's rounds go 16, 32, 48, ... Each steps from the
+    one before (the pool's rule file remembers every round between as the outer step's), never
+    from the mean; a state from before more merged rounds than the file remembers (here nine
+    of the plain mean) starts again from the mean, and says why."""
+    torch.manual_seed(13)
+    ledger, outer = PoolRule(tmp_path, 0), MergeRule(outer_lr=0.5, outer_momentum=0.8)
+    means, said = [{"w": torch.randn(3)} for _ in range(4)], []
+    for mean, r in zip(means, (16, 32, 48, 64)):
+        ledger.for_round(r, outer)
+        step = PoolOuterStep(tmp_path, 0)
+        said.append(step(mean, [Part((0,), mean, r)], r, 1, 0.5, 0.8, ["w"], ledger.history(r)))
+    assert close(said[-1].weights, sgd_anchor(means, 0.5, 0.8))
+    assert [s.note for s in said[1:]] == ["", "", ""]
+    for r in range(65, 74):  # nine rounds of the plain mean, beyond what the file keeps
+        ledger.for_round(r, MergeRule())
+    ledger.for_round(80, outer)
+    mean = {"w": torch.randn(3)}
+    again = PoolOuterStep(tmp_path, 0)(
+        mean, [Part((0,), mean, 80)], 80, 1, 0.5, 0.8, ["w"], ledger.history(80)
+    )
+    assert close(again.weights, mean) and "rounds without the outer step" in again.note
+    history = RuleHistory({r: True for r in range(70, 80)}, full=True)
+    assert "more than 8 merge rounds back" in history.breaks(64)
+    assert history.breaks(70) == "" and RuleHistory({}, full=False).breaks(3) == ""
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [{"lr": float("nan")}, {"lr": 1e9}, {"outer_momentum": 2.0}, {"anchor": {"w": None}}],
+    ids=["lr nan", "lr huge", "momentum above 1", "anchor not a tensor"],
+)
+def test_an_outer_state_with_values_out_of_range_starts_again_from_the_mean(tmp_path, damage):
+    """The round's lr and momentum kept in outer.pt are checked against their knobs' ranges,
+    and its tensors for being finite tensors, as rule.json's are: a damaged file's are never
+    used to step the anchor."""
+    torch.manual_seed(14)
+    outer_round(tmp_path, 0, [((0,), {"w": torch.randn(3)})], 1)
+    outer_round(tmp_path, 0, [((0,), {"w": torch.randn(3)})], 2)
+    payload = load_state(tmp_path / "outer.pt")
+    save_state(tmp_path / "outer.pt", {**payload, **damage})
+    mean = {"w": torch.randn(3)}
+    said = outer_round(tmp_path, 0, [((0,), mean)], 3)
+    assert close(said.weights, mean) and "the outer step started from the mean" in said.note
+    assert "unreadable" in said.note or "not finite tensors" in said.note
 
 
 @pytest.mark.parametrize(

@@ -134,7 +134,7 @@ def test_the_merge_timeout_is_a_flag_in_range_and_a_resumed_run_keeps_its_own(tm
     assert given.settings.merge_timeout_s == 45.0
 
 
-def test_a_torchrun_rank_refuses_to_serve_and_the_outer_step(monkeypatch):
+def test_a_torchrun_rank_refuses_to_serve_the_outer_step_and_a_merge_timeout(monkeypatch):
     """A rank's process never serves (it would serve only its own part of the job)."""
     from workers.cli.new_run import check_run_flags
 
@@ -148,6 +148,9 @@ def test_a_torchrun_rank_refuses_to_serve_and_the_outer_step(monkeypatch):
     check_run_flags(build_parser().parse_args(["--headless", "--merge-pull", "0.1"]))
     with pytest.raises(UserError, match="outer step is not for a torchrun job yet"):
         check_run_flags(build_parser().parse_args(["--headless", "--outer-momentum", "0.9"]))
+    # Nor a merge timeout: its ranks wait in the collective, whose timeout is the job's.
+    with pytest.raises(UserError, match="--merge-timeout is for workers that merge through"):
+        check_run_flags(build_parser().parse_args(["--headless", "--merge-timeout", "60"]))
 
 
 def test_lanes_without_workers_give_each_lane_without_a_size_one_worker():

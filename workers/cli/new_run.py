@@ -17,6 +17,7 @@ from agent.errors import ConfigError, UserError
 from agent.pack.merge_rule import collective_refusal
 from workers.cli.flags import DEFAULT_SIZE, DEFAULT_TASK, OWN_HANDLING, build_parser
 from workers.cli.presets import CPU_PLANNING, Preset, demo_preset, preset_config
+from workers.merging.collective import COLLECTIVE_TIMEOUT_S
 from workers.race.control import check_race
 from workers.run.owner import Run
 from workers.run.start_weights import read_start_weights
@@ -108,6 +109,11 @@ def check_run_flags(args: argparse.Namespace) -> None:
         raise UserError(
             "--lane: a torchrun job does not race (its ranks merge in one all-reduce); race on "
             "one machine: launch.py --headless --workers N --lane ... --lane ..."
+        )
+    if timeout is not None and torchrun:
+        raise UserError(
+            "--merge-timeout is for workers that merge through files: a torchrun job's ranks "
+            f"wait for each other in its collective, up to {COLLECTIVE_TIMEOUT_S:g} s"
         )
 
 

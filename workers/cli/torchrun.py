@@ -27,7 +27,7 @@ import torch.distributed as dist
 from agent.config import Config
 from agent.errors import UserError
 from workers.cli.new_run import RUNS, config_from_args, default_run_dir
-from workers.merging.collective import init_group
+from workers.merging.collective import COLLECTIVE_TIMEOUT_S, init_group
 from workers.run.spawn import worker_spec
 from workers.rundir.directory import RunDir
 from workers.rundir.paths import RUN
@@ -35,10 +35,6 @@ from workers.rundir.rank_records import forward_records, rank_path
 from workers.rundir.settings import RunSettings, read_record
 from workers.training.spec import SNAPSHOT_FIELDS, WorkerLink
 
-# How long a collective (a merge round, the start-up checks) waits for the slowest rank. The
-# ranks reach each round at about the same time; a rank that died is noticed by torchrun
-# itself, which stops the others at once: this is the backstop for a rank that hangs.
-COLLECTIVE_TIMEOUT_S = 300.0
 # How long a rank tries to reach the rendezvous (rank 0's store). Under torchrun it is up
 # before any rank starts; ranks started by hand must start within this of each other.
 RENDEZVOUS_S = float(os.environ.get("TDMPC2_LIVE_RENDEZVOUS_S", "120"))

@@ -35,6 +35,11 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from agent.errors import UserError
 from workers.merging.files import MergeResult, State, distance, is_finite
 
+# How long a collective (a merge round, the start-up checks) waits for the slowest rank. The
+# ranks reach each round at about the same time; a rank that died is noticed by torchrun
+# itself, which stops the others at once: this is the backstop for a rank that hangs.
+COLLECTIVE_TIMEOUT_S = 300.0
+
 NOT_FINITE = "non-finite weights"
 
 

@@ -38,7 +38,13 @@ import torch
 
 from agent.errors import WeightsError
 from workers.merging.outer import Part
-from workers.rundir.directory import DirLock, atomic_write_json, load_state, save_state
+from workers.rundir.directory import (
+    LOCK_TIMEOUT_S,
+    DirLock,
+    atomic_write_json,
+    load_state,
+    save_state,
+)
 from workers.rundir.paths import (
     MERGED,
     members_path,
@@ -149,6 +155,16 @@ def merged_step(run_path: str | Path, lane: int | None = None, worker: int | Non
         return -1
 
 
+def _changed(path: Path, seen: tuple | None) -> tuple | None:
+    """The file's (inode, size, mtime) when it differs from `seen` (None: unchanged or none)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    now = (info.st_ino, info.st_size, info.st_mtime_ns)
+    return None if now == seen else now
+
+
 def pool_base(run_path: str | Path, lane: int | None, pool: int) -> int | None:
     """The agent step from which the slowest worker that has published in pool `pool` counts
     its merge rounds (None: none has, or none said): a worker entering the pool late counts
@@ -224,7 +240,7 @@ class FileMergeBackend:
         return self.dir / weights_name(worker)
 
     def _lock(self, path: Path) -> DirLock:
-        return DirLock(str(path) + ".lock", timeout=self.timeout_s)
+        return DirLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
 
     def publish(
         self,
@@ -362,6 +378,48 @@ class FileMergeBackend:
         if publish:
             self.publish_merged(round_, merged, result.participants, result.step)
         return result
+
+    def sit_out(
+        self, worker: int, round_: int, state: State, step: int | None, covers: tuple[int, ...]
+    ) -> tuple[State, list[int], int | None] | None:
+        """Round `round_` for a process none of whose workers (`covers`, filed as `worker`) is
+        finite: its file says so for the round (the others leave it out at once, never wait
+        for it), and it takes the pool's merged weights of this round or a later one as
+        another process publishes them, waiting at most the timeout. Returns (weights, their
+        participants, step), or None when none came."""
+        self.publish(worker, round_, state, step, covers=covers)
+        path, seen = self.dir / MERGED, None
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            found = _changed(path, seen)
+            if found is not None:
+                seen = found
+                merged = self._merged(path, round_)
+                if merged is not None:
+                    return merged
+            if self.stop is not None and self.stop():
+                raise MergeCancelled(f"stopped while waiting for the pool's round {round_}")
+            time.sleep(0.05)
+        return None
+
+    def _merged(self, path: Path, round_: int) -> tuple[State, list[int], int | None] | None:
+        """The pool's merged weights if they are of round `round_` or later and finite."""
+        try:
+            with self._lock(path):
+                payload = load_state(path)
+            if int(payload.get("pool", 0)) != self.pool or int(payload["round"]) < round_:
+                return None
+            model, step = payload["model"], payload.get("step")
+            participants = [int(w) for w in payload.get("participants", ())]
+        except (WeightsError, KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(model, dict) or not all(
+            isinstance(v, torch.Tensor) for v in model.values()
+        ):
+            return None
+        if not any(v.is_floating_point() for v in model.values()) or not is_finite(model):
+            return None
+        return model, participants, None if step is None else int(step)
 
     def publish_merged(
         self, round_: int, state: State, participants: list[int], step: int | None

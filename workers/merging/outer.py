@@ -30,9 +30,10 @@ from pathlib import Path
 import torch
 
 from agent.errors import WeightsError
+from agent.knobs import knobs
 from agent.pack.merge_rule import RUNNING_STATS, OuterState, State, outer_step
-from workers.merging.pool_rule import KEPT_ROUNDS
-from workers.rundir.directory import DirLock, load_state, save_state
+from workers.merging.pool_rule import RuleHistory
+from workers.rundir.directory import LOCK_TIMEOUT_S, DirLock, load_state, save_state
 from workers.rundir.paths import OUTER
 
 
@@ -67,7 +68,7 @@ class _Saved:
 class PoolOuterStep:
     """The outer step of one pool, kept in `folder` (the pool's merge folder)."""
 
-    def __init__(self, folder: Path, pool: int, timeout_s: float = 30.0):
+    def __init__(self, folder: Path, pool: int, timeout_s: float = LOCK_TIMEOUT_S):
         self.path, self.pool, self.timeout_s = Path(folder) / OUTER, pool, timeout_s
 
     def __call__(
@@ -79,30 +80,22 @@ class PoolOuterStep:
         lr: float,
         momentum: float,
         names: list[str],
-        plain_since: int | None = None,
+        history: RuleHistory | None = None,
     ) -> OuterRound:
         """The weights the pool takes in round `round_`, stepping `names`: `mean` is what this
         process averaged, `parts` what it averaged (its own and the files it found);
-        `plain_since`: the newest earlier round the pool merged without the outer step."""
+        `history`: the pool's rules of the rounds before (pool_rule.py), whether its state
+        is still an anchor to go on from (None: it is)."""
         try:
             with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
                 saved, why = self._read(merge_every)
-                if saved is not None and saved.round < round_:
-                    stale = self._stale(saved.round, round_, plain_since)
+                if saved is not None and saved.round < round_ and history is not None:
+                    stale = history.breaks(saved.round)
                     saved, why = (None, stale) if stale else (saved, why)
                 return self._step(saved, why, mean, parts, round_, merge_every, lr, momentum, names)
         except TimeoutError:
             why = f"the pool's outer state stayed locked for {self.timeout_s:g} s"
             return OuterRound(dict(mean), f"{why}: this round took the mean")
-
-    @staticmethod
-    def _stale(saved: int, round_: int, plain_since: int | None) -> str:
-        """Why the state of round `saved` is no anchor for round `round_` ("": it is one)."""
-        if plain_since is not None and plain_since > saved:
-            return f"rounds without the outer step since its round {saved} (round {plain_since})"
-        if round_ - saved > KEPT_ROUNDS:
-            return f"its state is of round {saved}, {round_ - saved} rounds back"
-        return ""
 
     def _step(self, saved, why, mean, parts, round_, merge_every, lr, momentum, names):
         note = ""
@@ -164,6 +157,9 @@ class PoolOuterStep:
             )
         except (WeightsError, KeyError, TypeError, ValueError) as err:
             return None, f"the pool's outer state was unreadable ({type(err).__name__})"
+        parts = [saved.total, *((saved.before.anchor, saved.before.momentum) if before else ())]
+        if not all(_finite(part) for part in parts):
+            return None, "the pool's outer state held values that are not finite tensors"
         if key[0] != self.pool:
             return None, f"a new merge pool ({self.pool}; the state was pool {key[0]}'s)"
         if key[1] != merge_every:
@@ -180,10 +176,21 @@ def _stepped(saved: _Saved, now: tuple[float, float], names: list[str]) -> Outer
 
 
 def _rule(payload: dict) -> tuple[float, float] | None:
-    """The (lr, momentum) a saved round was stepped with; None from a file written before."""
+    """The (lr, momentum) a saved round was stepped with, each in its knob's range (a damaged
+    file: ConfigError, a ValueError); None from a file written before they were kept."""
     if "lr" not in payload:
         return None
-    return float(payload["lr"]), float(payload["outer_momentum"])
+    table = knobs()
+    lr = table["outer_lr"].check(float(payload["lr"]))
+    return lr, table["outer_momentum"].check(float(payload["outer_momentum"]))
+
+
+def _finite(state: State) -> bool:
+    """Every value a tensor, every float one finite (a damaged file's are not)."""
+    return all(
+        isinstance(v, torch.Tensor) and (not v.is_floating_point() or bool(v.isfinite().all()))
+        for v in state.values()
+    )
 
 
 def _add(total: State, state: State, count: int) -> None:

@@ -13,22 +13,43 @@ The file keeps the newest few rounds (a process a round behind still finds its r
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agent.errors import ConfigError
 from agent.knobs import knobs
 from agent.pack.merge_rule import MergeRule
-from workers.rundir.directory import DirLock, atomic_write_json
+from workers.rundir.directory import LOCK_TIMEOUT_S, DirLock, atomic_write_json
 
 RULE = "rule.json"
 KEPT_ROUNDS = 8  # rounds the file remembers: a process further behind takes its own rule
 
 
+@dataclass(frozen=True)
+class RuleHistory:
+    """What the pool's rule file remembers of the rounds before one: whether each kept round
+    merged under the outer step, and whether older rounds were let go of (the file is full)."""
+
+    outer: dict[int, bool]
+    full: bool = False
+
+    def breaks(self, saved: int) -> str:
+        """Why the outer state of round `saved` is no anchor to go on from ("": it is one):
+        a round merged without the outer step since, or more merged rounds since than the
+        file remembers. Rounds counted in numbers alone say nothing: a step of many envs
+        skips many."""
+        plain = [r for r, outer in self.outer.items() if r > saved and not outer]
+        if plain:
+            return f"rounds without the outer step since its round {saved} (round {max(plain)})"
+        if self.full and self.outer and min(self.outer) > saved:
+            return f"its state is of round {saved}, more than {KEPT_ROUNDS} merge rounds back"
+        return ""
+
+
 class PoolRule:
     """The rule of each round of one pool, kept in `folder` (the pool's merge folder)."""
 
-    def __init__(self, folder: Path, pool: int, timeout_s: float = 30.0):
+    def __init__(self, folder: Path, pool: int, timeout_s: float = LOCK_TIMEOUT_S):
         self.path, self.pool, self.timeout_s = Path(folder) / RULE, pool, timeout_s
 
     def for_round(self, round_: int, own: MergeRule) -> tuple[MergeRule, str]:
@@ -50,15 +71,15 @@ class PoolRule:
         except TimeoutError:
             return own, f"the pool's rule file stayed locked for {self.timeout_s:g} s: own rule"
 
-    def plain_since(self, round_: int) -> int | None:
-        """The newest round before `round_` that this pool merged without the outer step, of
-        those the file keeps (None: none of them)."""
+    def history(self, round_: int) -> RuleHistory:
+        """The rounds before `round_` the file keeps, each said as outer step or not."""
         try:
             with DirLock(str(self.path) + ".lock", timeout=self.timeout_s):
                 rounds = self._read()
         except TimeoutError:
             rounds = {}
-        return max((r for r, rule in rounds.items() if r < round_ and not rule.outer), default=None)
+        kept = {r: rule.outer for r, rule in rounds.items() if r < round_}
+        return RuleHistory(kept, full=len(rounds) >= KEPT_ROUNDS)
 
     def _read(self) -> dict[int, MergeRule]:
         """This pool's rules by round ({} when none, another pool's, or damaged)."""

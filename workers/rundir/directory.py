@@ -31,6 +31,12 @@ T = TypeVar("T")
 R = TypeVar("R", bound=Record)
 
 
+# How long a lock of one file read or written waits: a holder keeps it for one load or save,
+# so a wait this long means a stuck holder. Not the merge timeout (how long a round waits for
+# the others' weights, which may be far shorter or longer).
+LOCK_TIMEOUT_S = 30.0
+
+
 class DirLock:
     """A file lock (filelock.FileLock) that never creates its folder: FileLock makes missing
     parents, which would bring back a run directory deleted or moved away mid-run."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from agent.errors import WeightsError
 from agent.pack.merge_rule import MergeRule, State, taken
 from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled, pool_base, pool_weights
@@ -153,10 +154,6 @@ class MergeRounds:
                 return  # non-finite: the others' file, or the lane's last merged, stands
             state, good, _ = pack
             state = {k: v.detach().cpu() for k, v in state.items()}
-            rule = MergeRule.of(agent.cfg)
-            # With the policy kept, the lane's weights are its lowest finite worker's as
-            # that worker would hold them after this round: its own policy, never an average.
-            source = None if rule.policy else agent.model_state(good[0])
             members, step = tuple(self.specs[k].index for k in good), t.step
             if [w for w in self.backend.members() if w not in own]:
                 try:
@@ -173,11 +170,14 @@ class MergeRounds:
                     )
                 except MergeCancelled:
                     return  # a stop while waiting: the checkpoint comes first, not the file
-                if result is None:
-                    return
+                if result is None or min(result.participants) not in own:
+                    return  # the process of the lane's lowest participant writes the file
                 state, members, step = result.merged, tuple(result.participants), result.step
-            if source is not None:
-                state = taken(source, state, rule)
+            rule = MergeRule.of(agent.cfg)
+            if not rule.policy:
+                # With the policy kept, the lane's weights are its lowest participant's as it
+                # would hold them after this round: its own policy, never an average.
+                state = taken(agent.model_state(own[min(members)]), state, rule)
             final = {k: v.detach().cpu() for k, v in state.items()}
             self._guarded(
                 lambda: self.backend.publish_merged(PROMOTION_ROUND, final, list(members), step)
@@ -228,24 +228,22 @@ class MergeRounds:
         start = time.perf_counter()
         pack = agent.pack_mean(self.merging)
         if pack is None and self.collective is None:
-            reason = "own weights are not finite"
-            self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
-            return
+            return self._sit_out(round_, own, others, start)
         files = self.collective is None and bool(others or self.backend.down)
         rule, notes = MergeRule.of(agent.cfg), []
-        ledger = PoolRule(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
+        ledger = PoolRule(self.backend.dir, self.pool)
         if self.collective is None:  # the processes of one pool merge a round under one rule
             rule, said = self._guarded(lambda: ledger.for_round(round_, rule))
             notes += [said] if said else []
         outer = None
         if rule.outer and self.collective is None:  # a torchrun job refuses the knobs
-            step = PoolOuterStep(self.backend.dir, self.pool, self.specs[0].merge_timeout_s)
+            step = PoolOuterStep(self.backend.dir, self.pool)
 
             def outer(mean: State, parts: list[Part]) -> State:
                 names = rule.stepped(mean)
-                lr, mu, plain = rule.outer_lr, rule.outer_momentum, ledger.plain_since(round_)
+                lr, mu, past = rule.outer_lr, rule.outer_momentum, ledger.history(round_)
                 done: OuterRound = self._guarded(
-                    lambda: step(mean, parts, round_, merge_every, lr, mu, names, plain)
+                    lambda: step(mean, parts, round_, merge_every, lr, mu, names, past)
                 )
                 notes.extend([done.note] if done.note else [])
                 return done.weights
@@ -305,7 +303,11 @@ class MergeRounds:
         kept = rule.kept(list(merged))
         own_distances = agent.assign(merged, self.merging, list(bad), rule.pull, kept)
         published = self._published(merged, rule, good, list(bad), source)
-        if self.collective is None or dist.get_rank() == 0:
+        if self.collective is not None:
+            publishes = dist.get_rank() == 0
+        else:  # a kept policy is the pool's lowest participant's, not each process's in turn
+            publishes = rule.policy or not participants or min(participants) in own
+        if publishes:
             # The merged weights are published for the showcase and for a worker added later.
             self._guarded(
                 lambda: self.backend.publish_merged(round_, published, participants, step_of)
@@ -323,6 +325,44 @@ class MergeRounds:
                 note="; ".join(notes),
             )
             self._log_merging(merge)
+        self.set(merges=self.merges)
+
+    def _sit_out(self, round_: int, own: list[int], others: list[int], start: float) -> None:
+        """None of this process's merging workers is finite. With other processes in the
+        pool its file says so for the round (they go on without waiting for it) and every
+        worker here takes the pool's merged weights of the round, with a new Adam: what the
+        others publish (under a kept policy a worker's own, `_published`). Alone, or when
+        none come within the merge timeout, the round is skipped and said so."""
+        t, agent = self.trainer, self.trainer.agent
+        got = None
+        if [w for w in others if w not in self.backend.down]:
+            state = {k: v.detach().cpu() for k, v in agent.model_state(self.merging[0]).items()}
+            try:
+                got = self._guarded(
+                    lambda: self.backend.sit_out(own[0], round_, state, t.step, tuple(own))
+                )
+                weights = None if got is None else agent.checked_model_state(got[0])
+            except MergeCancelled:
+                self._log_merging(MergeStopped(step=t.step, round=round_))
+                raise StopTraining from None
+            except WeightsError:  # weights of another model: nothing to take
+                got = None
+        if got is None:
+            reason = "own weights are not finite"
+            self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
+            return
+        agent.assign(weights, self.merging, self.merging)  # every one reset, none measured
+        self.merges += 1
+        merge = Merge(
+            step=t.step,
+            round=round_,
+            participants=tuple(got[1]),
+            left_out={index: "non-finite weights" for index in own},
+            distances={},
+            merge_ms=round((time.perf_counter() - start) * 1000, 2),
+            note="took the pool's merged weights of the round",
+        )
+        self._log_merging(merge)
         self.set(merges=self.merges)
 
     def _published(
