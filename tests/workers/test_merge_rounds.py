@@ -136,12 +136,20 @@ def test_non_finite_weights_are_left_out_and_take_the_mean_of_the_others(tmp_pat
     assert set(merge.distances) == {0}  # reset, not measured
     assert same(trainer.weights(1), healthy) and same(trainer.weights(0), healthy)
 
-    with torch.no_grad():  # none finite: nothing is averaged, nothing published
+    with torch.no_grad():  # none finite: both take the pool's newest merged weights
         trainer.agent.model.state_dict()["encoder.layers.0.weight"][:, 0, 0] = float("inf")
     rounds.merge(2)
-    assert [r.reason for r in records(tmp_path, 0, MergeSkipped)] == ["own weights are not finite"]
+    assert same(trainer.weights(0), healthy) and same(trainer.weights(1), healthy)
+    assert records(tmp_path, 0, Merge)[-1].note == (
+        "took the pool's merged weights of round 1 (none of round 2 came)"
+    )
+    assert rounds.joining() is not None  # out of the mean until they update
     assert load_state(tmp_path / "merge/merged.pt")["round"] == 1
-    assert len(records(tmp_path, 0, Merge)) == 1
+    with torch.no_grad():  # and with no merged weights at all, the round is skipped
+        trainer.agent.model.state_dict()["encoder.layers.0.weight"][:, 0, 0] = float("inf")
+    (tmp_path / "merge/merged.pt").unlink()
+    rounds.merge(3)
+    assert [r.reason for r in records(tmp_path, 0, MergeSkipped)] == ["own weights are not finite"]
 
 
 def test_a_joined_worker_takes_the_others_mean_until_it_has_updated(tmp_path):
@@ -448,3 +456,73 @@ def test_with_the_policy_kept_only_the_lowest_participants_process_publishes(tmp
     FileMergeBackend(tmp_path, [0, 1]).publish(1, 2, trainer.weights(0), step=20)
     first.merge(2)
     assert same(load_state(tmp_path / "merge" / "merged.pt")["model"], first.trainer.weights(0))
+
+
+def nan(trainer) -> None:
+    with torch.no_grad():  # straight into the pack: checked_model_state refuses a NaN
+        trainer.agent.model.state_dict()["encoder.layers.0.weight"][:, 0, 0] = float("nan")
+
+
+def test_a_non_finite_process_ahead_of_the_pool_takes_its_newest_weights(tmp_path):
+    """Worker 1 (NaN) sits out round 5 while worker 0's process has merged only round 4:
+    after the merge timeout it takes round 4's merged weights rather than stay NaN."""
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    rounds, trainer, _ = rounds_of(tmp_path, [1], (0, 1))
+    rounds.backend.timeout_s = 0.5
+    pool = shifted(trainer.weights(0), 1.0)
+    FileMergeBackend(tmp_path, [0, 1]).publish(0, 4, pool, step=40)
+    FileMergeBackend(tmp_path, [0, 1]).publish_merged(4, pool, [0], 40)
+    nan(trainer)
+    rounds.merge(5)
+    assert same(trainer.weights(0), pool)
+    merge = records(tmp_path, 1, Merge)[-1]
+    assert merge.note == "took the pool's merged weights of round 4 (none of round 5 came)"
+
+
+def test_processes_that_are_all_non_finite_do_not_wait_out_the_timeout(tmp_path):
+    """Both processes NaN in round 2: each sees the other's file of the round with nothing
+    finite, stops waiting for a merge nobody will publish (a timeout of 600 s), and both take
+    the pool's round-1 weights."""
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    pairs = [rounds_of(tmp_path, [w], (0, 1))[:2] for w in (0, 1)]
+    good = shifted(pairs[0][1].weights(0), 0.5)
+    FileMergeBackend(tmp_path, [0, 1]).publish_merged(1, good, [0, 1], 10)
+    for rounds, trainer in pairs:
+        rounds.backend.timeout_s = 600
+        nan(trainer)
+    both = [threading.Thread(target=rounds.merge, args=(2,)) for rounds, _ in pairs]
+    for thread in both:
+        thread.start()
+    for thread in both:
+        thread.join(120)  # the timeout would be 600 s
+    assert not any(thread.is_alive() for thread in both)
+    for w, (_, trainer) in enumerate(pairs):
+        assert same(trainer.weights(0), good)
+        assert "of round 1 (none of round 2 came)" in records(tmp_path, w, Merge)[-1].note
+
+
+def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path):
+    """Lane 0's worker 1 is NaN at the promotion: its process files the last round as such,
+    so worker 0's process writes the promotion without waiting (a wait would see its stop and
+    write nothing), and worker 1 takes the promoted weights."""
+    layout = ((0, 1), (2,))
+    make_run(tmp_path, CFG, RunSettings(workers=3), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    writer, first, _ = rounds_of(tmp_path, [0], (0, 1, 2), stopping=lambda: True)
+    broken, second, _ = rounds_of(tmp_path, [1], (0, 1, 2))
+    for rounds in (writer, broken):
+        rounds.follow(store.read_record())
+    nan(second)
+    version = store.promote(CFG, 0)
+    waiting = threading.Thread(target=broken.follow, args=(store.read_record(),))
+    waiting.start()
+    deadline = time.monotonic() + 60
+    lane = tmp_path / "merge" / "lane-0" / "worker-1.pt"
+    while time.monotonic() < deadline and not (
+        lane.exists() and load_state(lane)["round"] == PROMOTION_ROUND
+    ):
+        time.sleep(0.05)
+    assert writer.follow(store.read_record())
+    waiting.join(60)
+    promoted = load_state(promoted_path(tmp_path, version))["model"]
+    assert same(promoted, first.weights(0)) and same(second.weights(0), promoted)

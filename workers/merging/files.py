@@ -155,6 +155,16 @@ def merged_step(run_path: str | Path, lane: int | None = None, worker: int | Non
         return -1
 
 
+@dataclass(frozen=True)
+class Taken:
+    """A pool's merged weights as a process with no finite worker takes them."""
+
+    weights: State
+    round: int
+    participants: tuple[int, ...]
+    step: int | None
+
+
 def _changed(path: Path, seen: tuple | None) -> tuple | None:
     """The file's (inode, size, mtime) when it differs from `seen` (None: unchanged or none)."""
     try:
@@ -339,8 +349,8 @@ class FileMergeBackend:
                 covered.update(entry.covers)
                 if entry.round < round_:
                     left_out[other] = f"behind (round {entry.round} < {round_})"
-                elif not is_finite(entry.model):
-                    left_out[other] = "non-finite weights"
+                elif not is_finite(entry.model):  # each worker of its pack
+                    left_out.update({w: "non-finite weights" for w in entry.covers})
                 elif entry.joining:
                     left_out[other] = "joined the pool and has made no update of its own yet"
                 else:
@@ -381,36 +391,58 @@ class FileMergeBackend:
 
     def sit_out(
         self, worker: int, round_: int, state: State, step: int | None, covers: tuple[int, ...]
-    ) -> tuple[State, list[int], int | None] | None:
+    ) -> Taken | None:
         """Round `round_` for a process none of whose workers (`covers`, filed as `worker`) is
         finite: its file says so for the round (the others leave it out at once, never wait
         for it), and it takes the pool's merged weights of this round or a later one as
-        another process publishes them, waiting at most the timeout. Returns (weights, their
-        participants, step), or None when none came."""
+        another process publishes them, waiting at most the timeout, or less when every other
+        process is at the round with none finite either. Failing those, the pool's newest
+        merged weights of an earlier round: any of the pool's weights beat non-finite ones.
+        None: the pool has none."""
         self.publish(worker, round_, state, step, covers=covers)
-        path, seen = self.dir / MERGED, None
+        path, seen, looks = self.dir / MERGED, None, 0
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             found = _changed(path, seen)
             if found is not None:
                 seen = found
-                merged = self._merged(path, round_)
-                if merged is not None:
+                merged = self.newest_merged()
+                if merged is not None and merged.round >= round_:
                     return merged
+            looks += 1
+            if looks % 10 == 0 and self._none_finite(round_, covers):
+                break  # nobody will publish this round
             if self.stop is not None and self.stop():
                 raise MergeCancelled(f"stopped while waiting for the pool's round {round_}")
             time.sleep(0.05)
-        return None
+        return self.newest_merged()
 
-    def _merged(self, path: Path, round_: int) -> tuple[State, list[int], int | None] | None:
-        """The pool's merged weights if they are of round `round_` or later and finite."""
+    def _none_finite(self, round_: int, covers: tuple[int, ...]) -> bool:
+        """Whether every other running member has filed round `round_` (or later) with no
+        finite weights."""
+        covered = set(covers)
+        for other in self.members():
+            if other in covered or other in self.down:
+                continue
+            entry = self._read(other)
+            if isinstance(entry, str) or entry.round < round_ or is_finite(entry.model):
+                return False
+            covered.update(entry.covers)
+        return True
+
+    def newest_merged(self) -> Taken | None:
+        """The pool's newest merged weights, if they are this pool's and finite."""
+        path = self.dir / MERGED
         try:
             with self._lock(path):
                 payload = load_state(path)
-            if int(payload.get("pool", 0)) != self.pool or int(payload["round"]) < round_:
+            if int(payload.get("pool", 0)) != self.pool:
                 return None
             model, step = payload["model"], payload.get("step")
-            participants = [int(w) for w in payload.get("participants", ())]
+            participants = tuple(int(w) for w in payload.get("participants", ()))
+            taken = Taken(
+                model, int(payload["round"]), participants, None if step is None else int(step)
+            )
         except (WeightsError, KeyError, TypeError, ValueError):
             return None
         if not isinstance(model, dict) or not all(
@@ -419,7 +451,7 @@ class FileMergeBackend:
             return None
         if not any(v.is_floating_point() for v in model.values()) or not is_finite(model):
             return None
-        return model, participants, None if step is None else int(step)
+        return taken
 
     def publish_merged(
         self, round_: int, state: State, participants: list[int], step: int | None

@@ -21,7 +21,7 @@ from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled, pool_base, pool_weights
 from workers.merging.outer import OuterRound, Part, PoolOuterStep
 from workers.merging.pool_rule import PoolRule
-from workers.rundir.directory import load_state, save_state
+from workers.rundir.directory import LOCK_TIMEOUT_S, DirLock, load_state, save_state
 from workers.rundir.paths import promoted_path
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
 from workers.training.first_weights import StartState
@@ -150,8 +150,13 @@ class MergeRounds:
             state = agent.model_state(own[record.promoted_worker])
         else:
             pack = agent.pack_mean(self.merging)
-            if pack is None:
-                return  # non-finite: the others' file, or the lane's last merged, stands
+            if pack is None:  # non-finite: filed as such, so that the lane's others go on
+                state = {k: v.detach().cpu() for k, v in agent.model_state(self.merging[0]).items()}
+                publish = self.backend.publish
+                self._guarded(
+                    lambda: publish(min(own), PROMOTION_ROUND, state, t.step, covers=tuple(own))
+                )
+                return
             state, good, _ = pack
             state = {k: v.detach().cpu() for k, v in state.items()}
             members, step = tuple(self.specs[k].index for k in good), t.step
@@ -178,13 +183,17 @@ class MergeRounds:
                 # With the policy kept, the lane's weights are its lowest participant's as it
                 # would hold them after this round: its own policy, never an average.
                 state = taken(agent.model_state(own[min(members)]), state, rule)
-            final = {k: v.detach().cpu() for k, v in state.items()}
-            self._guarded(
-                lambda: self.backend.publish_merged(PROMOTION_ROUND, final, list(members), step)
-            )
-        payload = {"model": {k: v.detach().cpu() for k, v in state.items()}, "step": t.step}
-        payload["pool"] = record.pool
-        self._guarded(lambda: save_state(path, payload))
+        final = {k: v.detach().cpu() for k, v in state.items()}
+        payload = {"model": final, "step": t.step, "pool": record.pool}
+        with DirLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+            if path.exists():  # another process of the lane wrote it first (each timed out)
+                return
+            if record.promoted_worker is None:  # the lane's merged.pt ends as the same
+                lane = list(members)
+                self._guarded(
+                    lambda: self.backend.publish_merged(PROMOTION_ROUND, final, lane, step)
+                )
+            self._guarded(lambda: save_state(path, payload))
 
     def _take(self, path: Path | None) -> None:
         """Weights for every worker of this process that merges: the merged ones of the pool
@@ -328,39 +337,43 @@ class MergeRounds:
         self.set(merges=self.merges)
 
     def _sit_out(self, round_: int, own: list[int], others: list[int], start: float) -> None:
-        """None of this process's merging workers is finite. With other processes in the
-        pool its file says so for the round (they go on without waiting for it) and every
-        worker here takes the pool's merged weights of the round, with a new Adam: what the
-        others publish (under a kept policy a worker's own, `_published`). Alone, or when
-        none come within the merge timeout, the round is skipped and said so."""
+        """None of this process's merging workers is finite: each takes the pool's merged
+        weights, with a new Adam. With other processes in the pool its file says so for the
+        round (they go on without waiting for it) and it takes what they publish for the
+        round (under a kept policy a worker's own, `_published`), else the pool's newest, as
+        a process alone does. Like an added worker, they stay out of the mean until they
+        update. With no merged weights at all the round is skipped and said so."""
         t, agent = self.trainer, self.trainer.agent
-        got = None
-        if [w for w in others if w not in self.backend.down]:
-            state = {k: v.detach().cpu() for k, v in agent.model_state(self.merging[0]).items()}
-            try:
+        try:
+            if [w for w in others if w not in self.backend.down]:
+                state = {k: v.detach().cpu() for k, v in agent.model_state(self.merging[0]).items()}
                 got = self._guarded(
                     lambda: self.backend.sit_out(own[0], round_, state, t.step, tuple(own))
                 )
-                weights = None if got is None else agent.checked_model_state(got[0])
-            except MergeCancelled:
-                self._log_merging(MergeStopped(step=t.step, round=round_))
-                raise StopTraining from None
-            except WeightsError:  # weights of another model: nothing to take
-                got = None
+            else:
+                got = self.backend.newest_merged()
+            weights = None if got is None else agent.checked_model_state(got.weights)
+        except MergeCancelled:
+            self._log_merging(MergeStopped(step=t.step, round=round_))
+            raise StopTraining from None
+        except WeightsError:  # weights of another model: nothing to take
+            got = None
         if got is None:
             reason = "own weights are not finite"
             self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
             return
         agent.assign(weights, self.merging, self.merging)  # every one reset, none measured
+        self.joined_updates = t.updates
         self.merges += 1
+        note = f"took the pool's merged weights of round {got.round}"
         merge = Merge(
             step=t.step,
             round=round_,
-            participants=tuple(got[1]),
+            participants=got.participants,
             left_out={index: "non-finite weights" for index in own},
             distances={},
             merge_ms=round((time.perf_counter() - start) * 1000, 2),
-            note="took the pool's merged weights of the round",
+            note=note if got.round >= round_ else f"{note} (none of round {round_} came)",
         )
         self._log_merging(merge)
         self.set(merges=self.merges)
