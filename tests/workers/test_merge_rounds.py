@@ -140,16 +140,18 @@ def test_non_finite_weights_are_left_out_and_take_the_mean_of_the_others(tmp_pat
         trainer.agent.model.state_dict()["encoder.layers.0.weight"][:, 0, 0] = float("inf")
     rounds.merge(2)
     assert same(trainer.weights(0), healthy) and same(trainer.weights(1), healthy)
-    assert records(tmp_path, 0, Merge)[-1].note == (
-        "took the pool's merged weights of round 1 (none of round 2 came)"
-    )
+    assert [r.reason for r in records(tmp_path, 0, MergeSkipped)] == [
+        "own weights are not finite: took the pool's merged weights of round 1 (none of round 2"
+        " came)"
+    ]
+    assert len(records(tmp_path, 0, Merge)) == 1  # a round nobody merged is no merge
     assert rounds.joining() is not None  # out of the mean until they update
     assert load_state(tmp_path / "merge/merged.pt")["round"] == 1
     with torch.no_grad():  # and with no merged weights at all, the round is skipped
         trainer.agent.model.state_dict()["encoder.layers.0.weight"][:, 0, 0] = float("inf")
     (tmp_path / "merge/merged.pt").unlink()
     rounds.merge(3)
-    assert [r.reason for r in records(tmp_path, 0, MergeSkipped)] == ["own weights are not finite"]
+    assert records(tmp_path, 0, MergeSkipped)[-1].reason == "own weights are not finite"
 
 
 def test_a_joined_worker_takes_the_others_mean_until_it_has_updated(tmp_path):
@@ -475,8 +477,11 @@ def test_a_non_finite_process_ahead_of_the_pool_takes_its_newest_weights(tmp_pat
     nan(trainer)
     rounds.merge(5)
     assert same(trainer.weights(0), pool)
-    merge = records(tmp_path, 1, Merge)[-1]
-    assert merge.note == "took the pool's merged weights of round 4 (none of round 5 came)"
+    (skipped,) = records(tmp_path, 1, MergeSkipped)
+    assert skipped.reason.endswith(
+        "took the pool's merged weights of round 4 (none of round 5 came)"
+    )
+    assert records(tmp_path, 1, Merge) == []
 
 
 def test_processes_that_are_all_non_finite_do_not_wait_out_the_timeout(tmp_path):
@@ -490,7 +495,7 @@ def test_processes_that_are_all_non_finite_do_not_wait_out_the_timeout(tmp_path)
     for rounds, trainer in pairs:
         rounds.backend.timeout_s = 600
         nan(trainer)
-    both = [threading.Thread(target=rounds.merge, args=(2,)) for rounds, _ in pairs]
+    both = [threading.Thread(target=rounds.merge, args=(2,), daemon=True) for rounds, _ in pairs]
     for thread in both:
         thread.start()
     for thread in both:
@@ -498,13 +503,14 @@ def test_processes_that_are_all_non_finite_do_not_wait_out_the_timeout(tmp_path)
     assert not any(thread.is_alive() for thread in both)
     for w, (_, trainer) in enumerate(pairs):
         assert same(trainer.weights(0), good)
-        assert "of round 1 (none of round 2 came)" in records(tmp_path, w, Merge)[-1].note
+        assert "of round 1 (none of round 2 came)" in records(tmp_path, w, MergeSkipped)[-1].reason
 
 
-def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path):
+def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path, monkeypatch):
     """Lane 0's worker 1 is NaN at the promotion: its process files the last round as such,
     so worker 0's process writes the promotion without waiting (a wait would see its stop and
-    write nothing), and worker 1 takes the promoted weights."""
+    write nothing), and worker 1 takes the promoted weights with a new Adam (its moments are
+    likely NaN too), out of the mean until it updates."""
     layout = ((0, 1), (2,))
     make_run(tmp_path, CFG, RunSettings(workers=3), layout, (Lane(), Lane()))
     store = KnobStore(tmp_path)
@@ -513,6 +519,8 @@ def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path):
     for rounds in (writer, broken):
         rounds.follow(store.read_record())
     nan(second)
+    reset, reset_adam = [], second.agent._reset_adam
+    monkeypatch.setattr(second.agent, "_reset_adam", lambda ws: reset.append(ws) or reset_adam(ws))
     version = store.promote(CFG, 0)
     waiting = threading.Thread(target=broken.follow, args=(store.read_record(),))
     waiting.start()
@@ -526,3 +534,15 @@ def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path):
     waiting.join(60)
     promoted = load_state(promoted_path(tmp_path, version))["model"]
     assert same(promoted, first.weights(0)) and same(second.weights(0), promoted)
+    assert reset == [[0]] and broken.joining() is not None
+
+
+def test_the_promotion_file_is_written_once_the_first_writer_wins(tmp_path):
+    """Two processes of a promoted lane that each timed out on the other both write: the
+    first file stays (an exclusive atomic write), the second learns so and leaves nothing."""
+    path = tmp_path / "promoted-3.pt"
+    save_state(path, {"model": {"w": torch.ones(2)}}, exclusive=True)
+    with pytest.raises(FileExistsError):
+        save_state(path, {"model": {"w": torch.zeros(2)}}, exclusive=True)
+    assert torch.equal(load_state(path)["model"]["w"], torch.ones(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["promoted-3.pt"]

@@ -78,10 +78,14 @@ def atomic_write_bytes(path: Path, data: bytes, keep_previous: Path | None = Non
 
 
 def atomic_write(
-    path: Path, write: Callable[[BinaryIO], object], keep_previous: Path | None = None
+    path: Path,
+    write: Callable[[BinaryIO], object],
+    keep_previous: Path | None = None,
+    exclusive: bool = False,
 ) -> None:
     """atomic_write_bytes of what `write(file)` writes into the temporary file (a checkpoint
-    streamed there by torch.save: never whole in memory as bytes)."""
+    streamed there by torch.save: never whole in memory as bytes). `exclusive`: only where
+    there is no `path` yet (FileExistsError otherwise: the first writer's stays)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -90,7 +94,11 @@ def atomic_write(
             os.fsync(f.fileno())
         if keep_previous is not None and path.exists():
             os.replace(path, keep_previous)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)  # atomic, and never over another's
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):  # a failed write leaves no temporary file behind
             tmp.unlink()
@@ -101,9 +109,9 @@ def atomic_write_json(path: Path, obj: object) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
-def save_state(path: Path, state: dict) -> None:
-    """torch.save a state dict atomically."""
-    atomic_write(Path(path), lambda f: torch.save(state, f))
+def save_state(path: Path, state: dict, exclusive: bool = False) -> None:
+    """torch.save a state dict atomically (`exclusive`: as atomic_write)."""
+    atomic_write(Path(path), lambda f: torch.save(state, f), exclusive=exclusive)
 
 
 def previous_path(path: str | Path) -> Path:

@@ -21,7 +21,7 @@ from workers.merging.collective import DistributedMergeBackend
 from workers.merging.files import FileMergeBackend, MergeCancelled, pool_base, pool_weights
 from workers.merging.outer import OuterRound, Part, PoolOuterStep
 from workers.merging.pool_rule import PoolRule
-from workers.rundir.directory import LOCK_TIMEOUT_S, DirLock, load_state, save_state
+from workers.rundir.directory import load_state, save_state
 from workers.rundir.paths import promoted_path
 from workers.rundir.records import KnobRecord, Merge, MergeSkipped, MergeStopped, Record
 from workers.training.first_weights import StartState
@@ -185,15 +185,13 @@ class MergeRounds:
                 state = taken(agent.model_state(own[min(members)]), state, rule)
         final = {k: v.detach().cpu() for k, v in state.items()}
         payload = {"model": final, "step": t.step, "pool": record.pool}
-        with DirLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
-            if path.exists():  # another process of the lane wrote it first (each timed out)
-                return
-            if record.promoted_worker is None:  # the lane's merged.pt ends as the same
-                lane = list(members)
-                self._guarded(
-                    lambda: self.backend.publish_merged(PROMOTION_ROUND, final, lane, step)
-                )
-            self._guarded(lambda: save_state(path, payload))
+        try:
+            self._guarded(lambda: save_state(path, payload, exclusive=True))
+        except FileExistsError:
+            return  # another process of the lane wrote it first (each timed out on the other)
+        if record.promoted_worker is None:  # the lane's merged.pt ends as the same
+            lane = list(members)
+            self._guarded(lambda: self.backend.publish_merged(PROMOTION_ROUND, final, lane, step))
 
     def _take(self, path: Path | None) -> None:
         """Weights for every worker of this process that merges: the merged ones of the pool
@@ -201,8 +199,12 @@ class MergeRounds:
         if path is None:
             return
         agent = self.trainer.agent
-        weights = load_state(path, agent.device)["model"]
-        agent.load_model_state(agent.checked_model_state(weights), self.merging)
+        weights = agent.checked_model_state(load_state(path, agent.device)["model"])
+        pack = agent.pack_mean(self.merging)
+        bad = self.merging if pack is None else list(pack[2])
+        agent.assign(weights, self.merging, bad)  # a non-finite worker's Adam anew too
+        if pack is None:  # as after a round sat out: out of the mean until it updates
+            self.joined_updates = self.trainer.updates
 
     def pool_state(self) -> dict:
         """What a checkpoint keeps of the pool (StartState reads it back)."""
@@ -358,14 +360,18 @@ class MergeRounds:
             raise StopTraining from None
         except WeightsError:  # weights of another model: nothing to take
             got = None
+        reason = "own weights are not finite"
         if got is None:
-            reason = "own weights are not finite"
             self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
             return
         agent.assign(weights, self.merging, self.merging)  # every one reset, none measured
         self.joined_updates = t.updates
+        taking = f"took the pool's merged weights of round {got.round}"
+        if got.round < round_:  # nobody merged this round with them: a round skipped
+            reason = f"{reason}: {taking} (none of round {round_} came)"
+            self._log_merging(MergeSkipped(step=t.step, round=round_, reason=reason))
+            return
         self.merges += 1
-        note = f"took the pool's merged weights of round {got.round}"
         merge = Merge(
             step=t.step,
             round=round_,
@@ -373,7 +379,7 @@ class MergeRounds:
             left_out={index: "non-finite weights" for index in own},
             distances={},
             merge_ms=round((time.perf_counter() - start) * 1000, 2),
-            note=note if got.round >= round_ else f"{note} (none of round {round_} came)",
+            note=taking,
         )
         self._log_merging(merge)
         self.set(merges=self.merges)
