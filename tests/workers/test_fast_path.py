@@ -17,7 +17,7 @@ from workers.run.owner import Run, RunSettings
 from workers.run.spawn import worker_spec
 from workers.run.worker_notices import WorkerNotices
 from workers.rundir.directory import RunDir
-from workers.rundir.records import Crashed, Error, SelfCheck
+from workers.rundir.records import Crashed, Error, MergeSkipped, SelfCheck
 from workers.rundir.settings import read_record
 from workers.training.spec import SNAPSHOT_FIELDS, SPLIT_PACK, STATES, WorkerLink
 
@@ -153,3 +153,17 @@ def test_the_command_line_hears_each_processs_line_once(tmp_path):
     notices.scan_records()
     notices.scan_records()
     assert told == [line]
+
+
+def test_the_command_line_hears_a_skipped_merge_round_once(tmp_path):
+    """A round a worker skipped (its weights not finite, say, and what it took instead) is
+    told once per round and reason, however many workers of a pack recorded it."""
+    told = []
+    notices = WorkerNotices(
+        tmp_path, lambda: RunSettings(workers=2), lambda text, in_record=False: told.append(text)
+    )
+    reason = "own weights are not finite: took the pool's merged weights of round 1"
+    for name in ("worker-0.jsonl", "worker-1.jsonl"):
+        RunDir(tmp_path, metrics=name).log(MergeSkipped(step=20, round=2, reason=reason))
+    notices.scan_records()
+    assert told == [f"worker 0, merge round 2 skipped: {reason}"]

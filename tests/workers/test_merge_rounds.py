@@ -539,10 +539,56 @@ def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path, monke
 
 def test_the_promotion_file_is_written_once_the_first_writer_wins(tmp_path):
     """Two processes of a promoted lane that each timed out on the other both write: the
-    first file stays (an exclusive atomic write), the second learns so and leaves nothing."""
+    first to claim the file writes it (a claim created exclusively; a write of its own tried
+    again after a full disk stays its own), the other learns so and writes nothing."""
     path = tmp_path / "promoted-3.pt"
     save_state(path, {"model": {"w": torch.ones(2)}}, exclusive=True)
+    save_state(path, {"model": {"w": torch.full((2,), 2.0)}}, exclusive=True)  # its own again
+    (tmp_path / ".other.pt.claim").write_bytes(b"1")  # another process's claim of another file
+    other = tmp_path / "other.pt"
     with pytest.raises(FileExistsError):
-        save_state(path, {"model": {"w": torch.zeros(2)}}, exclusive=True)
-    assert torch.equal(load_state(path)["model"]["w"], torch.ones(2))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["promoted-3.pt"]
+        save_state(other, {"model": {"w": torch.zeros(2)}}, exclusive=True)
+    assert torch.equal(load_state(path)["model"]["w"], torch.full((2,), 2.0))
+    assert not other.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_losing_writer_of_a_promotion_publishes_nothing(tmp_path):
+    """Worker 0, the promoted lane's lowest participant, finds another process's claim on the
+    promotion file (it wrote first, each having timed out on the other): it writes neither the
+    promotion file nor the lane's merged.pt, and takes the lane's weights when none come."""
+    layout = ((0, 1), (2,))
+    make_run(tmp_path, CFG, RunSettings(workers=3), layout, (Lane(), Lane()))
+    store = KnobStore(tmp_path)
+    rounds, trainer, _ = rounds_of(tmp_path, [0], (0, 1, 2))
+    rounds.follow(store.read_record())
+    rounds.backend.timeout_s = 0.3
+    lane = FileMergeBackend(tmp_path, [0, 1], lane=0, pool=0)
+    last = shifted(trainer.weights(0), 1.0)
+    lane.publish_merged(4, last, [0, 1], 40)
+    version = store.promote(CFG, 0)
+    claim = promoted_path(tmp_path, version)
+    claim.with_name(f".{claim.name}.claim").write_bytes(b"1")
+    spec = dataclasses.replace(rounds.specs[0], merge_timeout_s=0.3)
+    rounds.specs = [spec]
+    assert rounds.follow(store.read_record())
+    assert not claim.exists()
+    assert load_state(tmp_path / "merge" / "lane-0" / "merged.pt")["round"] == 4
+    assert same(trainer.weights(0), last)
+
+
+def test_a_pack_taking_a_races_weights_resets_only_its_non_finite_worker(tmp_path, monkeypatch):
+    """A pack of workers 0 and 1 starting a race, worker 1 NaN: both take the merged weights
+    of the pool they leave, only worker 1 gets a new Adam, and the pack stays in the mean."""
+    make_run(tmp_path, CFG, RunSettings(workers=2))
+    store = KnobStore(tmp_path)
+    rounds, trainer, _ = rounds_of(tmp_path, [0, 1], (0, 1))
+    merged = shifted(trainer.weights(0), 3.0)
+    FileMergeBackend(tmp_path, [0, 1]).publish_merged(5, merged, [0, 1], 50)
+    with torch.no_grad():
+        trainer.agent.model.state_dict()["encoder.layers.0.weight"][1, 0, 0] = float("nan")
+    reset, reset_adam = [], trainer.agent._reset_adam
+    monkeypatch.setattr(trainer.agent, "_reset_adam", lambda ws: reset.append(ws) or reset_adam(ws))
+    store.start_race(CFG, ((0, 1),), (Lane(),))
+    assert rounds.follow(store.read_record())
+    assert same(trainer.weights(0), merged) and same(trainer.weights(1), merged)
+    assert reset == [[1]] and rounds.joining() is None

@@ -12,7 +12,14 @@ from pathlib import Path
 from workers.run.spawn import WorkerProcess
 from workers.rundir.directory import human_size
 from workers.rundir.paths import metrics_name
-from workers.rundir.records import KnobsRefused, Merge, Resumed, SelfCheck, parse_records
+from workers.rundir.records import (
+    KnobsRefused,
+    Merge,
+    MergeSkipped,
+    Resumed,
+    SelfCheck,
+    parse_records,
+)
 from workers.rundir.settings import RunSettings
 from workers.training.spec import STATES
 
@@ -61,6 +68,11 @@ class WorkerNotices:
                 elif isinstance(record, SelfCheck) and record.message not in self._checks_told:
                     self._checks_told.add(record.message)  # a pack's workers record one line
                     self._note(record.message, in_record=True)
+                elif isinstance(record, MergeSkipped):
+                    key = (record.round, f"skipped: {record.reason}")
+                    if key not in self._merge_notes_told:
+                        self._merge_notes_told.add(key)
+                        self._note(f"worker {index}, merge round {record.round} {key[1]}")
                 elif isinstance(record, Merge) and record.note:
                     key = (record.round, record.note)
                     if key not in self._merge_notes_told:  # once, not once per worker

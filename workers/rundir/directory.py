@@ -84,25 +84,41 @@ def atomic_write(
     exclusive: bool = False,
 ) -> None:
     """atomic_write_bytes of what `write(file)` writes into the temporary file (a checkpoint
-    streamed there by torch.save: never whole in memory as bytes). `exclusive`: only where
-    there is no `path` yet (FileExistsError otherwise: the first writer's stays)."""
+    streamed there by torch.save: never whole in memory as bytes). `exclusive`: written by
+    one process only, the first to claim it (FileExistsError for every other: its stays)."""
+    if exclusive and keep_previous is not None:
+        raise ValueError("an exclusive write keeps no previous version")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        if exclusive:
+            _claim(path)
         with open(tmp, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         if keep_previous is not None and path.exists():
             os.replace(path, keep_previous)
-        if exclusive:
-            os.link(tmp, path)  # atomic, and never over another's
-            tmp.unlink()
-        else:
-            os.replace(tmp, path)
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):  # a failed write leaves no temporary file behind
             tmp.unlink()
         raise
+
+
+def _claim(path: Path) -> None:
+    """Make `path` this process's to write: a claim file created exclusively (O_EXCL works
+    where hard links do not: vfat, SMB, FUSE) holding its pid. FileExistsError when another
+    process claimed it; a claim of this process's (a write tried again) stays its own."""
+    claim = path.with_name(f".{path.name}.claim")
+    mine = str(os.getpid()).encode()
+    try:
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if claim.read_bytes() != mine:
+            raise
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(mine)
 
 
 def atomic_write_json(path: Path, obj: object) -> None:
