@@ -4,11 +4,10 @@ files they would have written (no process is started)."""
 
 import dataclasses
 import threading
-import time
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, wait_until
 from helpers.process_fakes import FakeTrainer, link, make_run, records, worker_spec
 
 from workers.merging.files import FileMergeBackend, write_members
@@ -400,9 +399,7 @@ def test_a_process_whose_workers_are_all_non_finite_takes_the_pools_merged_weigh
         lost.agent.model.state_dict()["encoder.layers.0.weight"][0, 0, 0] = float("nan")
     waiting = threading.Thread(target=broken.merge, args=(1,))
     waiting.start()
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "merge" / "worker-1.pt").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_until(lambda: (tmp_path / "merge" / "worker-1.pt").exists(), 30, 0.05)
     healthy.merge(1)
     waiting.join(30)
     assert not waiting.is_alive()
@@ -417,26 +414,26 @@ def test_a_process_whose_workers_are_all_non_finite_takes_the_pools_merged_weigh
 
 def test_a_merge_file_lock_waits_its_own_time_not_the_merge_timeout(tmp_path):
     """A merge timeout of 10 ms is how long a round waits for the others, not how long a file
-    lock may be held by a reader loading a model: a publish behind a lock held for 0.3 s
-    waits for it instead of failing the worker."""
+    lock may be held by a reader loading a model: a publish behind a held lock is still
+    waiting a second later (it raised filelock.Timeout after 10 ms) and writes once the holder
+    lets go, instead of failing the worker."""
     backend = FileMergeBackend(tmp_path, [0, 1], timeout_s=0.01)
     state = {"w": torch.ones(3)}
     backend.publish(0, 1, state)
-    taken, done = threading.Event(), threading.Event()
+    failed = []
 
-    def reader() -> None:  # another holder of the lock, for 0.3 s
-        with DirLock(str(tmp_path / "merge" / "worker-0.pt") + ".lock", timeout=1):
-            taken.set()
-            time.sleep(0.3)
-        done.set()
+    def publish() -> None:
+        try:
+            backend.publish(0, 2, state)
+        except Exception as err:  # the worker's crash, before
+            failed.append(err)
 
-    holder = threading.Thread(target=reader)
-    holder.start()
-    assert taken.wait(10)
-    backend.publish(0, 2, state)  # raised filelock.Timeout after 10 ms
-    assert done.is_set()  # it did wait for the holder
-    holder.join()
-    assert backend.read(0)[0] == 2
+    with DirLock(str(tmp_path / "merge" / "worker-0.pt") + ".lock", timeout=1):  # a reader
+        publishing = threading.Thread(target=publish, daemon=True)
+        publishing.start()
+        assert not wait_until(lambda: not publishing.is_alive(), timeout=1.0, poll=0.02)
+    publishing.join(60)
+    assert not failed and backend.read(0)[0] == 2
 
 
 def test_with_the_policy_kept_only_the_lowest_participants_process_publishes(tmp_path):
@@ -524,12 +521,9 @@ def test_a_non_finite_process_of_a_promoted_lane_holds_nobody_up(tmp_path, monke
     version = store.promote(CFG, 0)
     waiting = threading.Thread(target=broken.follow, args=(store.read_record(),))
     waiting.start()
-    deadline = time.monotonic() + 60
     lane = tmp_path / "merge" / "lane-0" / "worker-1.pt"
-    while time.monotonic() < deadline and not (
-        lane.exists() and load_state(lane)["round"] == PROMOTION_ROUND
-    ):
-        time.sleep(0.05)
+    filed = lambda: lane.exists() and load_state(lane)["round"] == PROMOTION_ROUND  # noqa: E731
+    assert wait_until(filed, 60, 0.05)
     assert writer.follow(store.read_record())
     waiting.join(60)
     promoted = load_state(promoted_path(tmp_path, version))["model"]
